@@ -1,0 +1,149 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MemoryReplayLog is a ReplayLog kept in process memory, for the embedded
+// single-node mode and for tests. It keeps exactly the Redis log's rules:
+//
+//   - An append must be above the session's top position, else ErrFenced.
+//   - Each session keeps its newest maxLen events; older ones are trimmed.
+//   - A session's log expires ttl after its last append (ttl <= 0: never).
+//   - The log reaches back to its floor: the highest position known to be
+//     lost, either trimmed or lying before the first event of a log created
+//     afresh. Since(after) is complete when after >= floor. A fresh log's
+//     floor is zero when its first event has Seq <= 1 (the start of a
+//     session's history) and (Epoch, Seq-1) of that event otherwise.
+//   - A session with no log (never written, or expired) is complete only
+//     for the zero position: a caller holding a position once saw a log
+//     that is gone now.
+//
+// Expiry is measured on the store's monotonic clock (WithMemoryClock). Safe
+// for concurrent use.
+type MemoryReplayLog struct {
+	maxLen int
+	ttl    time.Duration
+	now    func() time.Time
+
+	mu        sync.Mutex
+	logs      map[string]*memoryStream
+	nextSweep time.Time
+}
+
+type memoryStream struct {
+	events  []Event
+	floor   Position
+	expires time.Time // zero when the log never expires
+}
+
+var _ ReplayLog = (*MemoryReplayLog)(nil)
+
+// NewMemoryReplayLog returns an in-memory replay log keeping at most maxLen
+// events per session (maxLen < 1 means 1) for ttl after each session's last
+// append (ttl <= 0: no expiry).
+func NewMemoryReplayLog(maxLen int, ttl time.Duration, opts ...MemoryOption) *MemoryReplayLog {
+	if maxLen < 1 {
+		maxLen = 1
+	}
+	o := newMemoryOptions(opts)
+	return &MemoryReplayLog{maxLen: maxLen, ttl: ttl, now: o.now, logs: make(map[string]*memoryStream)}
+}
+
+// freshFloor is the floor of a log created by appending first: everything
+// before first is unknown, except that Seq 1 starts a session's history.
+func freshFloor(first Position) Position {
+	if first.Seq <= 1 {
+		return Position{}
+	}
+	return Position{Epoch: first.Epoch, Seq: first.Seq - 1}
+}
+
+func checkAppendPos(p Position) error {
+	if p.Epoch < 0 || p.Seq < 0 || p.IsZero() {
+		return fmt.Errorf("session: append at %v: position must be above 0-0", p)
+	}
+	return nil
+}
+
+// Append implements ReplayLog.
+func (l *MemoryReplayLog) Append(ctx context.Context, ev Event) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("session: append %q: %w", ev.Session, err)
+	}
+	if err := checkAppendPos(ev.Pos()); err != nil {
+		return err
+	}
+	ev.Data = append([]byte(nil), ev.Data...)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.sweep(now)
+	s := l.live(ev.Session, now)
+	if s == nil {
+		s = &memoryStream{floor: freshFloor(ev.Pos())}
+		l.logs[ev.Session] = s
+	} else if top := s.events[len(s.events)-1].Pos(); !top.Less(ev.Pos()) {
+		return fmt.Errorf("session: append %q at %v (top %v): %w", ev.Session, ev.Pos(), top, ErrFenced)
+	}
+	s.events = append(s.events, ev)
+	if n := len(s.events) - l.maxLen; n > 0 {
+		s.floor = s.events[n-1].Pos()
+		s.events = append([]Event(nil), s.events[n:]...)
+	}
+	if l.ttl > 0 {
+		s.expires = now.Add(l.ttl)
+	}
+	return nil
+}
+
+// Since implements ReplayLog. limit <= 0 means no limit.
+func (l *MemoryReplayLog) Since(ctx context.Context, session string, after Position, limit int) ([]Event, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, fmt.Errorf("session: since %q: %w", session, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.live(session, l.now())
+	if s == nil {
+		return nil, after.IsZero(), nil
+	}
+	var out []Event
+	for _, ev := range s.events {
+		if limit > 0 && len(out) == limit {
+			break
+		}
+		if after.Less(ev.Pos()) {
+			ev.Data = append([]byte(nil), ev.Data...)
+			out = append(out, ev)
+		}
+	}
+	return out, !after.Less(s.floor), nil
+}
+
+// live returns session's log, dropping it if it has expired. l.mu is held.
+func (l *MemoryReplayLog) live(session string, now time.Time) *memoryStream {
+	s := l.logs[session]
+	if s != nil && !s.expires.IsZero() && !now.Before(s.expires) {
+		delete(l.logs, session)
+		return nil
+	}
+	return s
+}
+
+// sweep drops expired logs at most once per ttl, so sessions that are never
+// read again do not pile up. l.mu is held.
+func (l *MemoryReplayLog) sweep(now time.Time) {
+	if l.ttl <= 0 || now.Before(l.nextSweep) {
+		return
+	}
+	l.nextSweep = now.Add(l.ttl)
+	for id, s := range l.logs {
+		if !now.Before(s.expires) {
+			delete(l.logs, id)
+		}
+	}
+}
