@@ -1,0 +1,322 @@
+// The demo conversation page: one phoenix Socket, one session channel at a time.
+//
+// Joins "session:<id>" with the last event seen (so a rejoin after a reconnect resumes
+// without a gap), renders the streaming reply as deltas arrive, shows the (epoch, seq) of
+// every event, which node serves the socket (join reply "node") and which owns the
+// session (GET /api/sessions/{id} "owner"), and sends "message" pushes that follow the
+// gateway's retry directives.
+import "../static/style.css";
+import { Socket } from "phoenix";
+import { byId, bearer, fetchJSON, h } from "./lib/dom.js";
+import { EVENT_TYPES, compareCursor, cursorOf, formatCursor } from "./lib/cursor.js";
+import { pushOnce, sendWithRetry } from "./lib/retry.js";
+import { peekClaims, rememberToken, takeToken } from "./lib/token.js";
+
+const SESSION_KEY = "relay.session";
+const SESSION_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+const ui = {
+  connect: byId("connect"),
+  token: byId("token"),
+  session: byId("session"),
+  who: byId("who"),
+  socketState: byId("socket-state"),
+  channelState: byId("channel-state"),
+  node: byId("node"),
+  owner: byId("owner"),
+  cursor: byId("cursor"),
+  messages: byId("messages"),
+  events: byId("events"),
+  compose: byId("compose"),
+  text: byId("text"),
+  send: byId("send"),
+  notice: byId("notice"),
+};
+
+/** @type {Socket | null} */
+let socket = null;
+let socketToken = "";
+/** The open session view, or null. */
+let view = null;
+
+function randomSessionId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(5));
+  return "demo-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function setPill(el, text, tone) {
+  el.textContent = text;
+  el.dataset.tone = tone;
+}
+
+function notice(text, tone = "info") {
+  ui.notice.hidden = !text;
+  ui.notice.textContent = text || "";
+  ui.notice.dataset.tone = tone;
+}
+
+function describeClaims(token) {
+  const c = peekClaims(token);
+  if (!c) return token ? "The token is not a readable JWT." : "No token: open the link the gateway logs at start (…/#token=…).";
+  const sessions = Array.isArray(c.sessions) ? c.sessions.join(", ") : "none";
+  const exp = c.exp ? ` · expires ${new Date(c.exp * 1000).toLocaleString()}` : "";
+  return `Signed in as ${c.sub || "?"} · sessions: ${sessions}${exp}`;
+}
+
+/** Opens (or reuses) the socket for the current token. */
+function ensureSocket(token) {
+  if (socket && socketToken === token) return socket;
+  if (socket) socket.disconnect();
+  socketToken = token;
+  socket = new Socket("/socket", { params: () => ({ token: socketToken }) });
+  socket.onOpen(() => setPill(ui.socketState, "open", "ok"));
+  socket.onError(() => setPill(ui.socketState, "error · retrying", "bad"));
+  socket.onClose(() => setPill(ui.socketState, "closed", "warn"));
+  setPill(ui.socketState, "connecting", "warn");
+  socket.connect();
+  return socket;
+}
+
+/** One session: its channel, the events received, and their rendering. */
+class SessionView {
+  constructor(sock, id) {
+    this.id = id;
+    this.token = socketToken;
+    this.cursor = null; // last event applied, {epoch, seq}
+    this.received = []; // every event payload applied, in order
+    this.replayLeft = 0; // events still to come from the join's replay
+    this.bubble = null; // the assistant bubble being streamed
+    this.closed = false;
+    ui.messages.replaceChildren();
+    ui.events.replaceChildren();
+    this.channel = sock.channel(`session:${id}`, () => ({
+      last_event: this.cursor || { epoch: 0, seq: 0 },
+    }));
+    for (const type of EVENT_TYPES) {
+      this.channel.on(type, (payload) => this.onEvent(type, payload));
+    }
+    this.channel.onError(() => {
+      if (!this.closed) setPill(ui.channelState, "rejoining", "warn");
+    });
+    this.channel.onClose(() => {
+      if (!this.closed) setPill(ui.channelState, "closed by server", "bad");
+      enableCompose(false);
+    });
+    setPill(ui.channelState, "joining", "warn");
+    this.channel
+      .join()
+      .receive("ok", (reply) => this.onJoined(reply))
+      .receive("error", (reply) => {
+        setPill(ui.channelState, `refused: ${reply && reply.reason}`, "bad");
+        enableCompose(false);
+        if (reply && (reply.reason === "unauthorized" || reply.reason === "invalid_session_id")) {
+          this.close(); // permanent: stop the client's rejoin loop
+          notice(`Join refused: ${reply.reason}.`, "bad");
+        }
+      })
+      .receive("timeout", () => setPill(ui.channelState, "join timed out · retrying", "warn"));
+  }
+
+  close() {
+    this.closed = true;
+    this.channel.leave();
+  }
+
+  onJoined(reply) {
+    const r = reply || {};
+    setPill(ui.channelState, `joined · replayed ${r.replayed ?? 0}`, "ok");
+    ui.node.textContent = r.node || "—";
+    this.replayLeft = Number(r.replayed) || 0;
+    enableCompose(true);
+    if (r.recovered === false) {
+      notice("The replay log no longer reaches back that far; loaded the history instead.");
+      this.loadHistory();
+    } else {
+      this.refreshOwner();
+    }
+  }
+
+  async fetchSession() {
+    const res = await fetchJSON(`/api/sessions/${encodeURIComponent(this.id)}`, bearer(this.token));
+    if (!res.ok) {
+      const b = res.body || {};
+      ui.owner.textContent = `? (${b.error || res.status})`;
+      return null;
+    }
+    ui.owner.textContent = res.body.owner || "none";
+    return res.body;
+  }
+
+  refreshOwner() {
+    this.fetchSession();
+  }
+
+  /** Rebuilds the conversation from GET history, then re-applies newer events. */
+  async loadHistory() {
+    const s = await this.fetchSession();
+    if (!s || this.closed) return;
+    const base = { epoch: Number(s.epoch) || 0, seq: Number(s.seq) || 0 };
+    ui.messages.replaceChildren();
+    this.bubble = null;
+    for (const m of s.history || []) this.addBubble(m.role, m.content, "done");
+    const newer = this.received.filter((e) => compareCursor(cursorOf(e), base) > 0);
+    if (!this.cursor || compareCursor(base, this.cursor) > 0) this.setCursor(base);
+    for (const e of newer) this.render(e.type, e);
+  }
+
+  setCursor(c) {
+    this.cursor = c;
+    ui.cursor.textContent = formatCursor(c);
+  }
+
+  onEvent(type, payload) {
+    if (this.closed || !payload) return;
+    const c = cursorOf(payload);
+    if (this.cursor && compareCursor(c, this.cursor) <= 0) return; // seen already
+    const replayed = this.replayLeft > 0;
+    if (replayed) this.replayLeft--;
+    this.setCursor(c);
+    this.received.push({ ...payload, type });
+    this.logEvent(type, payload, replayed);
+    this.render(type, payload);
+  }
+
+  logEvent(type, payload, replayed) {
+    const data = JSON.stringify(payload.data ?? {});
+    const row = h(
+      "tr",
+      { class: replayed ? "replayed" : "", title: replayed ? "replayed" : "live" },
+      h("td", { class: "mono", text: formatCursor(cursorOf(payload)) }),
+      h("td", {}, h("span", { class: `type type-${type}`, text: type })),
+      h("td", { class: "mono data", text: data.length > 80 ? data.slice(0, 77) + "…" : data }),
+    );
+    ui.events.prepend(row);
+  }
+
+  addBubble(role, text, state) {
+    const body = h("div", { class: "body", text: text || "" });
+    const li = h("li", { class: `msg ${role || "system"} ${state || ""}` }, h("div", { class: "role", text: role || "system" }), body);
+    ui.messages.append(li);
+    li.scrollIntoView({ block: "end" });
+    return { li, body };
+  }
+
+  render(type, e) {
+    const data = e.data || {};
+    switch (type) {
+      case "user_event":
+        this.addBubble("user", data.text ?? JSON.stringify(data), "done");
+        break;
+      case "turn_started":
+        this.bubble = this.addBubble("assistant", "", "streaming");
+        break;
+      case "delta":
+        if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
+        this.bubble.body.textContent += data.text || "";
+        this.bubble.li.scrollIntoView({ block: "end" });
+        break;
+      case "message":
+        if (data.role && data.role !== "assistant") {
+          this.addBubble(data.role, data.content, "done");
+          break;
+        }
+        if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
+        this.bubble.body.textContent = data.content ?? this.bubble.body.textContent;
+        break;
+      case "turn_completed":
+        if (this.bubble) this.bubble.li.classList.replace("streaming", "done");
+        this.bubble = null;
+        this.refreshOwner();
+        break;
+      case "turn_failed": {
+        const why = data.message || data.reason || data.error || "turn failed";
+        if (this.bubble) this.bubble.li.classList.replace("streaming", "failed");
+        this.addBubble("system", `Turn failed: ${why}`, "failed");
+        this.bubble = null;
+        break;
+      }
+    }
+  }
+
+  /** Sends the text as a "message" push, following retry directives. */
+  async send(text) {
+    const payload = { data: { text }, idempotency_key: crypto.randomUUID() };
+    notice("");
+    const out = await sendWithRetry(() => pushOnce(this.channel, "message", payload), {
+      onRetry: ({ afterMs, remainingMs }) =>
+        notice(`Session is moving: re-sending in ${afterMs} ms (${remainingMs} ms of retry budget left).`, "warn"),
+    });
+    switch (out.status) {
+      case "ok":
+        notice(out.response && out.response.duplicate ? "Already accepted (duplicate)." : "");
+        return true;
+      case "gave_up":
+        notice(`Not sent: the session kept moving and the retry budget ran out after ${out.attempts} attempts.`, "bad");
+        return false;
+      case "timeout":
+        notice("Not confirmed: the gateway did not answer in time.", "bad");
+        return false;
+      default: {
+        const r = out.response || {};
+        notice(`Refused: ${r.reason || "error"}${r.message ? ` — ${r.message}` : ""}`, "bad");
+        return false;
+      }
+    }
+  }
+}
+
+function enableCompose(on) {
+  ui.text.disabled = !on;
+  ui.send.disabled = !on;
+}
+
+function open() {
+  const token = ui.token.value.trim();
+  const id = ui.session.value.trim();
+  ui.who.textContent = describeClaims(token);
+  if (!token) {
+    notice("A token is needed to connect.", "bad");
+    return;
+  }
+  if (!SESSION_ID.test(id)) {
+    notice("A session id is 1–128 characters of A–Z a–z 0–9 _ . : -", "bad");
+    return;
+  }
+  rememberToken(localStorage, token);
+  localStorage.setItem(SESSION_KEY, id);
+  notice("");
+  if (view) view.close();
+  ui.node.textContent = "—";
+  ui.owner.textContent = "—";
+  ui.cursor.textContent = "—";
+  view = new SessionView(ensureSocket(token), id);
+}
+
+ui.token.value = takeToken(location, localStorage, history);
+ui.session.value = localStorage.getItem(SESSION_KEY) || randomSessionId();
+ui.who.textContent = describeClaims(ui.token.value);
+
+ui.connect.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  open();
+});
+
+ui.compose.addEventListener("submit", async (ev) => {
+  ev.preventDefault();
+  const text = ui.text.value.trim();
+  if (!text || !view) return;
+  ui.send.disabled = true;
+  const sent = await view.send(text);
+  ui.send.disabled = false;
+  if (sent) ui.text.value = "";
+  ui.text.focus();
+});
+
+ui.text.addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey) {
+    ev.preventDefault();
+    ui.compose.requestSubmit();
+  }
+});
+
+if (ui.token.value) open();

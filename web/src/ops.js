@@ -1,0 +1,140 @@
+// The ops page: polls GET /admin/node, /admin/sessions and /admin/muster with the admin
+// token (Authorization: Bearer …) and offers POST /admin/drain.
+import "../static/style.css";
+import { byId, bearer, fetchJSON, h } from "./lib/dom.js";
+
+const TOKEN_KEY = "relay.admin_token";
+
+const ui = {
+  auth: byId("auth"),
+  token: byId("admin-token"),
+  interval: byId("interval"),
+  forget: byId("forget"),
+  status: byId("poll-status"),
+  node: byId("node"),
+  drain: byId("drain"),
+  notice: byId("notice"),
+  sessions: byId("sessions"),
+  sessionCount: byId("session-count"),
+  muster: byId("muster"),
+};
+
+let timer = null;
+let polling = false;
+let lastNode = null;
+
+function notice(text, tone = "info") {
+  ui.notice.hidden = !text;
+  ui.notice.textContent = text || "";
+  ui.notice.dataset.tone = tone;
+}
+
+function errorText(res) {
+  const b = res.body;
+  if (b && typeof b === "object") return `${res.status} ${b.error || ""}${b.message ? ` — ${b.message}` : ""}`;
+  return `${res.status} ${typeof b === "string" ? b.slice(0, 120) : ""}`;
+}
+
+function cell(v) {
+  if (v === null || v === undefined) return "";
+  return typeof v === "object" ? JSON.stringify(v) : String(v);
+}
+
+function renderNode(node) {
+  lastNode = node;
+  const rows = [];
+  for (const [k, v] of Object.entries(node || {})) {
+    rows.push(h("dt", { text: k }), h("dd", { text: cell(v) }));
+  }
+  ui.node.replaceChildren(...rows);
+  ui.drain.disabled = !node || node.draining === true;
+  if (node && node.draining) ui.drain.textContent = "Draining…";
+}
+
+/** Accepts an array of rows or an object holding one (e.g. {"sessions":[…]}). */
+function rowsOf(body) {
+  if (Array.isArray(body)) return body;
+  if (body && typeof body === "object") {
+    for (const v of Object.values(body)) if (Array.isArray(v)) return v;
+  }
+  return [];
+}
+
+function renderSessions(body) {
+  const rows = rowsOf(body);
+  ui.sessionCount.textContent = `(${rows.length})`;
+  if (rows.length === 0) {
+    ui.sessions.replaceChildren(h("tbody", {}, h("tr", {}, h("td", { class: "muted", text: "no sessions on this node" }))));
+    return;
+  }
+  const objects = rows.map((r) => (r && typeof r === "object" ? r : { value: r }));
+  const cols = [...new Set(objects.flatMap((r) => Object.keys(r)))];
+  ui.sessions.replaceChildren(
+    h("thead", {}, h("tr", {}, ...cols.map((c) => h("th", { text: c })))),
+    h("tbody", {}, ...objects.map((r) => h("tr", {}, ...cols.map((c) => h("td", { class: "mono", text: cell(r[c]) }))))),
+  );
+}
+
+async function poll() {
+  const token = ui.token.value.trim();
+  if (!token || polling) return;
+  polling = true;
+  try {
+    const [node, sessions, muster] = await Promise.all(
+      ["/admin/node", "/admin/sessions", "/admin/muster"].map((u) => fetchJSON(u, bearer(token))),
+    );
+    const failed = [node, sessions, muster].find((r) => !r.ok);
+    ui.status.textContent = failed
+      ? `Last poll ${new Date().toLocaleTimeString()}: ${errorText(failed)}`
+      : `Last poll ${new Date().toLocaleTimeString()}`;
+    if (node.ok) renderNode(node.body);
+    if (sessions.ok) renderSessions(sessions.body);
+    if (muster.ok) ui.muster.textContent = JSON.stringify(muster.body, null, 2);
+  } finally {
+    polling = false;
+  }
+}
+
+function schedule() {
+  clearInterval(timer);
+  timer = null;
+  const every = Number(ui.interval.value);
+  if (every > 0 && ui.token.value.trim()) timer = setInterval(poll, every);
+}
+
+ui.auth.addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const token = ui.token.value.trim();
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  poll();
+  schedule();
+});
+
+ui.interval.addEventListener("change", schedule);
+
+ui.forget.addEventListener("click", () => {
+  sessionStorage.removeItem(TOKEN_KEY);
+  ui.token.value = "";
+  clearInterval(timer);
+  ui.status.textContent = "Token forgotten; polling stopped.";
+});
+
+ui.drain.addEventListener("click", async () => {
+  const name = (lastNode && lastNode.name) || "this node";
+  if (!confirm(`Drain ${name}? It stops taking sockets and events, hands its sessions back and exits.`)) return;
+  ui.drain.disabled = true;
+  const res = await fetchJSON("/admin/drain", bearer(ui.token.value.trim(), { method: "POST" }));
+  if (res.ok) notice(`Drain started${res.body ? `: ${cell(res.body)}` : "."}`, "warn");
+  else {
+    notice(`Drain refused: ${errorText(res)}`, "bad");
+    ui.drain.disabled = false;
+  }
+  poll();
+});
+
+ui.token.value = sessionStorage.getItem(TOKEN_KEY) || "";
+if (ui.token.value) {
+  poll();
+  schedule();
+}
