@@ -1,0 +1,51 @@
+# Relay gateway. `make run` starts one node on its embedded default (no external
+# services); `make test` runs every test (CI runs exactly that).
+SHELL := /bin/bash
+GO ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME ?= 5s
+PKGS := ./...
+
+.PHONY: run build web node_modules test lint unit fuzz e2e services bench load cluster clean
+
+run: web
+	$(GO) run ./cmd/gateway
+
+build: web
+	$(GO) build -o bin/gateway ./cmd/gateway
+
+node_modules: package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch node_modules
+
+web: node_modules
+	npm run --silent build:web
+
+# Every test: lint, Go unit and integration tests with the race detector
+# (real Postgres, Redis and NATS), short fuzz runs, and the end-to-end suite
+# with the official phoenix client against real gateway processes.
+test: services lint unit fuzz e2e
+
+services:
+	@scripts/services.sh
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+unit:
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+# Short runs of every fuzz target (go test runs one -fuzz target at a time).
+fuzz:
+	@scripts/fuzz.sh $(FUZZTIME)
+
+e2e: build
+	npm run --silent test:e2e
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+clean:
+	rm -rf bin web/dist/*.js web/dist/*.map
