@@ -3,7 +3,7 @@
 // Joins "session:<id>" with the last event seen (so a rejoin after a reconnect resumes
 // without a gap), renders the streaming reply as deltas arrive, shows the (epoch, seq) of
 // every event, which node serves the socket (join reply "node") and which owns the
-// session (GET /api/sessions/{id} "owner"), and sends "message" pushes that follow the
+// session (join reply "owner", refreshed from GET /api/sessions/{id}), and sends "message" pushes that follow the
 // gateway's retry directives.
 import "../static/style.css";
 import { Socket } from "phoenix";
@@ -126,6 +126,7 @@ class SessionView {
     const r = reply || {};
     setPill(ui.channelState, `joined · replayed ${r.replayed ?? 0}`, "ok");
     ui.node.textContent = r.node || "—";
+    if (r.owner) ui.owner.textContent = r.owner;
     this.replayLeft = Number(r.replayed) || 0;
     enableCompose(true);
     if (r.recovered === false) {
