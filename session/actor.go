@@ -1,0 +1,320 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// actor runs one session on this node: a goroutine (run) that owns the
+// session's state and serializes everything that assigns a position, a
+// mailbox of inputs, at most one turn goroutine at a time, and a renewer.
+//
+// Lifecycle: the actor is live until a.ctx is cancelled; the cancel cause is
+// why it retires. errHibernated and errDrained retire cleanly (checkpoint,
+// release the lease); every other cause stands the session down (the turn
+// is halted, nothing more is published or written, in-memory state is
+// dropped). a.done closes when the actor has fully stopped.
+type actor struct {
+	m     *Manager
+	id    string
+	epoch int64
+
+	ctx    context.Context
+	retire context.CancelCauseFunc
+
+	mailbox  chan *submitReq
+	emits    chan *emitReq
+	turnDone chan turnResult // buffered 1: a turn goroutine never blocks
+	done     chan struct{}
+
+	renewer *renewer
+
+	// releaseErr is set before done closes when a clean retirement could not
+	// hand the lease back.
+	releaseErr error
+
+	// Owned by the run goroutine.
+	seq      int64
+	history  []Message
+	keys     *keySet
+	pending  []pendingInput
+	turn     *turnRun
+	draining bool
+	idle     Timer
+
+	mu   sync.Mutex // guards view
+	view actorView
+}
+
+// actorView is what readers (State, Sessions) see of the actor's state,
+// republished by the run goroutine after every step. The slices are shared
+// read-only: the run goroutine only appends beyond their length or replaces
+// them.
+type actorView struct {
+	seq     int64
+	history []Message
+	pending []pendingInput
+	running bool
+}
+
+type submitReq struct {
+	in    Input
+	reply chan submitReply // buffered 1
+}
+
+type submitReply struct {
+	acc Accepted
+	err error
+}
+
+func newActor(m *Manager, id string, l Lease, claimStart time.Time) *actor {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	a := &actor{
+		m:        m,
+		id:       id,
+		epoch:    l.Epoch,
+		ctx:      ctx,
+		retire:   cancel,
+		mailbox:  make(chan *submitReq, m.cfg.MailboxSize),
+		emits:    make(chan *emitReq),
+		turnDone: make(chan turnResult, 1),
+		done:     make(chan struct{}),
+	}
+	a.renewer = newRenewer(a, claimStart.Add(l.Remaining))
+	return a
+}
+
+// submit hands in to the actor and waits for its answer. retry is true when
+// the actor retired before answering: the caller should claim again.
+func (a *actor) submit(ctx context.Context, in Input) (acc Accepted, retry bool, err error) {
+	select {
+	case <-a.done:
+		return Accepted{}, a.retryable(), a.cause()
+	default:
+	}
+	req := &submitReq{in: in, reply: make(chan submitReply, 1)}
+	select {
+	case a.mailbox <- req:
+	default:
+		return Accepted{}, false, ErrBusy
+	}
+	a.m.tr.Emit("session.submit.queued", "owner", a.m.cfg.Owner, "session", a.id)
+	select {
+	case r := <-req.reply:
+		return r.acc, false, r.err
+	case <-a.done:
+		select {
+		case r := <-req.reply:
+			return r.acc, false, r.err
+		default:
+			return Accepted{}, a.retryable(), a.cause()
+		}
+	case <-ctx.Done():
+		return Accepted{}, false, fmt.Errorf("session: submit %q: waiting for acceptance: %w", a.id, ctx.Err())
+	}
+}
+
+// cause is why the actor retired (nil while live).
+func (a *actor) cause() error { return context.Cause(a.ctx) }
+
+// retryable reports whether a Submit that met this retired actor should
+// claim again: always, except when the Manager closed.
+func (a *actor) retryable() bool { return !errors.Is(a.cause(), ErrClosed) }
+
+// run is the actor goroutine.
+func (a *actor) run() {
+	defer a.m.wg.Done()
+	a.m.wg.Add(1)
+	go a.renewer.run()
+	if err := a.thaw(); err != nil {
+		a.retire(err)
+	}
+	drainStart, drainCancel := a.m.drainStart, a.m.drainCancel
+	for a.ctx.Err() == nil {
+		a.schedule()
+		a.publishView()
+		var idleC <-chan time.Time
+		if a.idle != nil {
+			idleC = a.idle.C()
+		}
+		var cancelC <-chan struct{}
+		if a.draining && a.turn != nil {
+			cancelC = drainCancel
+		}
+		select {
+		case <-a.ctx.Done():
+		case req := <-a.mailbox:
+			a.accept(req)
+		case req := <-a.emits:
+			a.handleEmit(req)
+		case res := <-a.turnDone:
+			a.finishTurn(res)
+		case <-idleC:
+			a.idle = nil
+			a.hibernate()
+		case <-drainStart:
+			drainStart = nil
+			a.draining = true
+		case <-cancelC:
+			a.m.tr.Emit("session.turn.cancel", "owner", a.m.cfg.Owner, "session", a.id, "reason", "drain")
+			a.turn.cancel()
+		}
+	}
+	a.exit()
+}
+
+// schedule starts the next turn when the actor is free, retires a draining
+// actor whose turn has ended, and keeps the idle timer armed exactly while
+// the actor has nothing to do.
+func (a *actor) schedule() {
+	if a.turn == nil && len(a.pending) > 0 && !a.draining {
+		a.startTurn()
+	}
+	if a.draining && a.turn == nil {
+		a.retire(errDrained)
+		return
+	}
+	idle := a.turn == nil && len(a.pending) == 0 && !a.draining && a.ctx.Err() == nil
+	switch {
+	case idle && a.idle == nil:
+		a.idle = a.m.clock.NewTimer(a.m.cfg.IdleTimeout)
+		a.m.tr.Emit("session.idle", "owner", a.m.cfg.Owner, "session", a.id)
+	case !idle:
+		a.stopIdle()
+	}
+}
+
+func (a *actor) stopIdle() {
+	if a.idle != nil {
+		a.idle.Stop()
+		a.idle = nil
+	}
+}
+
+func (a *actor) publishView() {
+	a.mu.Lock()
+	a.view = actorView{
+		seq:     a.seq,
+		history: a.history[:len(a.history):len(a.history)],
+		pending: a.pending[:len(a.pending):len(a.pending)],
+		running: a.turn != nil,
+	}
+	a.mu.Unlock()
+}
+
+func (a *actor) state() State {
+	a.mu.Lock()
+	v := a.view
+	a.mu.Unlock()
+	st := State{
+		Session: a.id,
+		Epoch:   a.epoch,
+		Seq:     v.seq,
+		History: append([]Message{}, v.history...),
+		Pending: make([]Message, 0, len(v.pending)),
+		Running: v.running,
+		Source:  SourceActor,
+	}
+	for _, p := range v.pending {
+		st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(p.Input)})
+	}
+	return st
+}
+
+// thaw loads the checkpoint and writes it back at this actor's epoch at
+// once, so from here on the fence refuses every write of an older owner.
+func (a *actor) thaw() error {
+	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
+	c, ok, err := a.m.cfg.Checkpoints.Load(ctx, a.id)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("session: thaw %q: %w", a.id, err)
+	}
+	var snap snapshot
+	if ok {
+		if snap, err = decodeSnapshot(c.Data); err != nil {
+			return fmt.Errorf("session: thaw %q: %w", a.id, err)
+		}
+	}
+	a.seq = snap.Seq
+	a.history = snap.History
+	a.keys = newKeySet(a.m.cfg.MaxIdempotencyKeys, snap.Keys)
+	a.pending = snap.Pending
+	if err := a.checkpoint(a.ctx, 0); err != nil {
+		if errors.Is(err, ErrFenced) {
+			a.fence("thaw", err)
+		}
+		return fmt.Errorf("session: thaw %q: %w", a.id, err)
+	}
+	a.m.stats.thaws.Add(1)
+	a.m.tr.Emit("session.thaw", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch,
+		"seq", a.seq, "from_epoch", c.Epoch, "history", len(a.history), "pending", len(a.pending))
+	return nil
+}
+
+// hibernate retires an idle actor cleanly.
+func (a *actor) hibernate() {
+	if a.turn != nil || len(a.pending) > 0 || a.draining {
+		return
+	}
+	a.m.stats.hibernations.Add(1)
+	a.m.tr.Emit("session.hibernate", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq)
+	a.retire(errHibernated)
+}
+
+// exit runs once a.ctx is cancelled. A clean retirement checkpoints and
+// releases the lease; any other stands the session down.
+func (a *actor) exit() {
+	cause := a.cause()
+	a.stopIdle()
+	a.haltTurn(cause)
+	a.renewer.stop()
+	clean := errors.Is(cause, errHibernated) || errors.Is(cause, errDrained)
+	if clean {
+		a.handBack()
+	} else {
+		a.m.stats.standDowns.Add(1)
+		a.m.tr.Emit("session.standdown", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "reason", cause.Error())
+		if !errors.Is(cause, ErrClosed) && !errors.Is(cause, errReplaced) {
+			a.m.log.Warn("session stood down", zap.String("session", a.id), zap.Int64("epoch", a.epoch), zap.Error(cause))
+		}
+	}
+	a.history, a.pending, a.keys = nil, nil, nil
+	a.publishView()
+	a.m.remove(a)
+	close(a.done)
+}
+
+// handBack writes the final checkpoint and releases the lease (expiry now).
+// The renewer has stopped, so nothing extends the lease after the release.
+func (a *actor) handBack() {
+	base := context.WithoutCancel(a.ctx)
+	if err := a.checkpoint(base, 0); err != nil {
+		if errors.Is(err, ErrFenced) {
+			a.fence("hand-back", err)
+		}
+		a.releaseErr = fmt.Errorf("session: hand back %q: %w", a.id, err)
+		a.m.log.Warn("session hand-back: checkpoint failed; lease left to lapse", zap.String("session", a.id), zap.Error(err))
+		return
+	}
+	ctx, cancel := context.WithTimeout(base, a.m.cfg.StoreTimeout)
+	defer cancel()
+	if err := a.m.cfg.Leases.Release(ctx, a.id, a.m.cfg.Owner, a.epoch); err != nil {
+		a.releaseErr = fmt.Errorf("session: hand back %q: %w", a.id, err)
+		a.m.log.Warn("session hand-back: release failed", zap.String("session", a.id), zap.Error(err))
+		return
+	}
+	a.m.tr.Emit("session.released", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch)
+}
+
+// fence records that a write came back fenced and stands the session down.
+func (a *actor) fence(op string, err error) {
+	a.m.stats.fenced.Add(1)
+	a.m.tr.Emit("session.fenced", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "op", op)
+	a.retire(err)
+}

@@ -1,0 +1,347 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/relaygw/relay/internal/trace"
+)
+
+// Config configures a Manager. Zero durations and sizes take the
+// DefaultConfig value; Owner, Leases and Checkpoints are required.
+type Config struct {
+	// Owner is this process's identity in the lease table: node name + "/" +
+	// a per-process incarnation id, so a restarted node never silently
+	// extends its dead predecessor's lease (DESIGN.md "Storage").
+	Owner string
+	// Agent runs the turns. Nil means EchoAgent{}.
+	Agent Agent
+
+	Leases      LeaseStore
+	Checkpoints CheckpointStore
+	// Log is the replay log. Nil keeps no log.
+	Log ReplayLog
+	// Publisher delivers events live. Nil publishes nowhere.
+	Publisher Publisher
+
+	// LeaseTTL is the lease length asked for on every claim. Default 15 s.
+	LeaseTTL time.Duration
+	// RenewEvery is the renewer's beat. Default 5 s. Must be shorter than
+	// LeaseTTL - RenewMargin.
+	RenewEvery time.Duration
+	// RenewMargin is the safety margin kept before the local deadline: the
+	// renewer gives up (cancels the turn, stands down) at claim start +
+	// Remaining - RenewMargin. Default 2 s. Must be shorter than LeaseTTL.
+	RenewMargin time.Duration
+	// IdleTimeout is how long an actor lives without input or turns before
+	// it checkpoints, releases its lease and stops. Default 60 s.
+	IdleTimeout time.Duration
+	// MailboxSize bounds the inputs waiting for one actor; a full mailbox
+	// answers ErrBusy. Default 64.
+	MailboxSize int
+	// MaxIdempotencyKeys bounds the keys a session remembers (oldest
+	// forgotten first). Default 1000.
+	MaxIdempotencyKeys int
+	// StoreTimeout bounds every checkpoint load/save, log append, publish
+	// and lease release the actor makes. Default 5 s.
+	StoreTimeout time.Duration
+	// ReadTimeout bounds State's checkpoint read for a session that is not
+	// live here. Default 1 s.
+	ReadTimeout time.Duration
+	// Clock drives the renewer's deadline and the idle timer. Default
+	// SystemClock().
+	Clock Clock
+
+	Logger *zap.Logger   // default zap.NewNop()
+	Tracer *trace.Tracer // nil: no trace points
+}
+
+// DefaultConfig returns the DESIGN.md defaults (lease 15 s, heartbeat 5 s,
+// idle hibernate 60 s). Owner, Agent and the stores are left for the caller.
+func DefaultConfig() Config {
+	return Config{
+		LeaseTTL:           15 * time.Second,
+		RenewEvery:         5 * time.Second,
+		RenewMargin:        2 * time.Second,
+		IdleTimeout:        60 * time.Second,
+		MailboxSize:        64,
+		MaxIdempotencyKeys: 1000,
+		StoreTimeout:       5 * time.Second,
+		ReadTimeout:        time.Second,
+	}
+}
+
+// Accepted is where an input landed: its user_event's position. Duplicate
+// is true when the input's idempotency key had been accepted before; the
+// position is then the original one and nothing ran.
+type Accepted struct {
+	Session   string `json:"session"`
+	Epoch     int64  `json:"epoch"`
+	Seq       int64  `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// Manager runs the sessions this node owns: one actor goroutine and one
+// renewer goroutine per live session. Safe for concurrent use.
+type Manager struct {
+	cfg   Config
+	log   *zap.Logger
+	tr    *trace.Tracer
+	clock Clock
+	stats counters
+
+	mu          sync.Mutex
+	actors      map[string]*actor
+	draining    bool
+	closed      bool
+	drainStart  chan struct{} // closed when Drain begins
+	drainCancel chan struct{} // closed when Drain's ctx ends first
+	cancelOnce  sync.Once
+
+	wg sync.WaitGroup // every actor, renewer and turn goroutine
+}
+
+// NewManager returns a Manager for cfg. It panics when a required field is
+// missing or the timings cannot work (a programming error).
+func NewManager(cfg Config) *Manager {
+	cfg = withDefaults(cfg)
+	switch {
+	case cfg.Owner == "":
+		panic("session: Config.Owner is required")
+	case cfg.Leases == nil:
+		panic("session: Config.Leases is required")
+	case cfg.Checkpoints == nil:
+		panic("session: Config.Checkpoints is required")
+	case cfg.RenewMargin >= cfg.LeaseTTL:
+		panic("session: Config.RenewMargin must be shorter than LeaseTTL")
+	case cfg.RenewEvery >= cfg.LeaseTTL-cfg.RenewMargin:
+		panic("session: Config.RenewEvery must be shorter than LeaseTTL - RenewMargin")
+	}
+	return &Manager{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		tr:          cfg.Tracer,
+		clock:       cfg.Clock,
+		actors:      make(map[string]*actor),
+		drainStart:  make(chan struct{}),
+		drainCancel: make(chan struct{}),
+	}
+}
+
+func withDefaults(cfg Config) Config {
+	def := DefaultConfig()
+	setDur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	setDur(&cfg.LeaseTTL, def.LeaseTTL)
+	setDur(&cfg.RenewEvery, def.RenewEvery)
+	setDur(&cfg.RenewMargin, def.RenewMargin)
+	setDur(&cfg.IdleTimeout, def.IdleTimeout)
+	setDur(&cfg.StoreTimeout, def.StoreTimeout)
+	setDur(&cfg.ReadTimeout, def.ReadTimeout)
+	if cfg.MailboxSize <= 0 {
+		cfg.MailboxSize = def.MailboxSize
+	}
+	if cfg.MaxIdempotencyKeys <= 0 {
+		cfg.MaxIdempotencyKeys = def.MaxIdempotencyKeys
+	}
+	if cfg.Agent == nil {
+		cfg.Agent = EchoAgent{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = noLog{}
+	}
+	if cfg.Publisher == nil {
+		cfg.Publisher = noPublisher{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return cfg
+}
+
+// maxSubmitAttempts bounds how often Submit re-claims after meeting an actor
+// that retired under it (hibernated, replaced, stood down).
+const maxSubmitAttempts = 3
+
+// Submit claims the lease for session id (one Claim statement), then hands
+// in to the session's actor, thawing it from its checkpoint if needed, and
+// waits until the input is accepted: recorded as a user_event at the next
+// (epoch, seq), appended to the replay log and published. The turn runs when
+// the actor is free; Submit does not wait for it.
+//
+// Errors: ErrInvalidID; *LeaseHeldError (another owner is live: forward, or
+// answer with a retry directive built from its Remaining); ErrFenced;
+// ErrBusy; ErrDraining; ErrClosed; ctx's error (the input may still be
+// accepted after Submit returned). Any other error means the lease store
+// could not decide: refuse with a retry directive, the input never ran.
+func (m *Manager) Submit(ctx context.Context, id string, in Input) (Accepted, error) {
+	if !ValidID(id) {
+		return Accepted{}, ErrInvalidID
+	}
+	var last error
+	for range maxSubmitAttempts {
+		if err := m.admitting(); err != nil {
+			return Accepted{}, err
+		}
+		start := m.clock.Now()
+		l, err := m.cfg.Leases.Claim(ctx, id, m.cfg.Owner, m.cfg.LeaseTTL)
+		if err != nil {
+			return Accepted{}, fmt.Errorf("session: submit %q: %w", id, err)
+		}
+		a, err := m.actorFor(ctx, id, l, start)
+		if errors.Is(err, errRetry) {
+			last = err
+			continue
+		}
+		if err != nil {
+			return Accepted{}, err
+		}
+		acc, retry, err := a.submit(ctx, in)
+		if retry {
+			last = err
+			continue
+		}
+		return acc, err
+	}
+	return Accepted{}, fmt.Errorf("session: submit %q: gave up after %d attempts: %w", id, maxSubmitAttempts, last)
+}
+
+// errRetry tells Submit to claim again: the actor it found was retiring.
+var errRetry = errors.New("session: actor retiring")
+
+func (m *Manager) admitting() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case m.closed:
+		return ErrClosed
+	case m.draining:
+		return ErrDraining
+	}
+	return nil
+}
+
+// actorFor returns the live actor for id at lease l's epoch, starting one if
+// there is none. An actor of an older epoch is retired first (its lease
+// lapsed and was re-claimed), and an actor already retiring is waited for:
+// both answer errRetry so the caller claims afresh.
+func (m *Manager) actorFor(ctx context.Context, id string, l Lease, claimStart time.Time) (*actor, error) {
+	m.mu.Lock()
+	switch {
+	case m.closed:
+		m.mu.Unlock()
+		return nil, ErrClosed
+	case m.draining:
+		m.mu.Unlock()
+		return nil, ErrDraining
+	}
+	if a := m.actors[id]; a != nil {
+		m.mu.Unlock()
+		if a.ctx.Err() == nil && a.epoch >= l.Epoch {
+			return a, nil
+		}
+		a.retire(errReplaced)
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("session: submit %q: %w", id, ctx.Err())
+		}
+		return nil, errRetry
+	}
+	a := newActor(m, id, l, claimStart)
+	m.actors[id] = a
+	m.wg.Add(1)
+	go a.run()
+	m.mu.Unlock()
+	return a, nil
+}
+
+// remove forgets a if it is still the registered actor of its session.
+func (m *Manager) remove(a *actor) {
+	m.mu.Lock()
+	if m.actors[a.id] == a {
+		delete(m.actors, a.id)
+	}
+	m.mu.Unlock()
+}
+
+// Drain hands this node's sessions back: new input is refused with
+// ErrDraining, running turns finish (at ctx's end they are cancelled and end
+// as turn_failed), each actor checkpoints and releases its lease (expiry
+// now, so the next claim elsewhere succeeds at once), then stops. Inputs
+// accepted but not yet run stay in the checkpoint for the next owner.
+// Drain returns when every actor has stopped; the error joins release
+// failures and, if ctx ended first, ctx's error.
+func (m *Manager) Drain(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ErrClosed
+	}
+	if !m.draining {
+		m.draining = true
+		close(m.drainStart)
+	}
+	actors := make([]*actor, 0, len(m.actors))
+	for _, a := range m.actors {
+		actors = append(actors, a)
+	}
+	m.mu.Unlock()
+	m.tr.Emit("session.drain", "owner", m.cfg.Owner, "sessions", len(actors))
+
+	var errs []error
+	for _, a := range actors {
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+			m.cancelOnce.Do(func() {
+				close(m.drainCancel)
+				errs = append(errs, fmt.Errorf("session: drain: running turns cancelled: %w", ctx.Err()))
+			})
+			<-a.done
+		}
+		if a.releaseErr != nil {
+			errs = append(errs, a.releaseErr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops every actor without handing leases back (they lapse after
+// their TTL, as after a crash; call Drain first for a clean hand-back), and
+// waits for all goroutines. Close is idempotent.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if !m.closed {
+		m.closed = true
+		for _, a := range m.actors {
+			a.retire(ErrClosed)
+		}
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+}
+
+// noLog is the replay log of a Manager configured without one.
+type noLog struct{}
+
+func (noLog) Append(context.Context, Event) error { return nil }
+func (noLog) Since(context.Context, string, Position, int) ([]Event, bool, error) {
+	return nil, false, nil
+}
+
+// noPublisher is the publisher of a Manager configured without one.
+type noPublisher struct{}
+
+func (noPublisher) Publish(context.Context, Event) error { return nil }
