@@ -71,7 +71,7 @@ function ensureSocket(token) {
   socket = new Socket("/socket", { params: () => ({ token: socketToken }) });
   socket.onOpen(() => setPill(ui.socketState, "open", "ok"));
   socket.onError(() => setPill(ui.socketState, "error · retrying", "bad"));
-  socket.onClose(() => setPill(ui.socketState, "closed", "warn"));
+  socket.onClose(() => setPill(ui.socketState, "disconnected · retrying", "warn"));
   setPill(ui.socketState, "connecting", "warn");
   socket.connect();
   return socket;
