@@ -1,0 +1,342 @@
+package channels
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/relaygw/relay/internal/trace"
+	"go.uber.org/zap"
+)
+
+// ConnectFunc authorizes a connection before the upgrade. params are the
+// query parameters; authToken is the token from the
+// "base64url.bearer.phx.<token>" subprotocol entry, or else the "token" query
+// parameter ("" when neither). A non-nil error refuses with HTTP 403. assigns
+// is available as Socket.Assigns.
+type ConnectFunc func(r *http.Request, params url.Values, authToken string) (assigns any, err error)
+
+// EndpointConfig configures an Endpoint. Zero fields take the defaults of
+// DefaultEndpointConfig.
+type EndpointConfig struct {
+	// Hub is the topic registry channels subscribe to. Nil means a new Hub.
+	Hub *Hub
+	// Connect authorizes connections; nil accepts all with nil assigns.
+	Connect ConnectFunc
+	// AllowedOrigins are Origin patterns accepted besides same-host and
+	// missing Origin (see originAllowed): "example.com", "*.example.com",
+	// "example.com:8080", "https://*.example.com".
+	AllowedOrigins []string
+	// HeartbeatTimeout closes (1001) a socket that sends nothing for this
+	// long. Default 60 s (Phoenix's idle timeout; clients send a heartbeat
+	// every 30 s).
+	HeartbeatTimeout time.Duration
+	// MaxFrameBytes is the largest inbound frame; larger closes with 1009.
+	// Default 64 KiB.
+	MaxFrameBytes int64
+	// MaxChannels is the most channels one socket may join. Default 100
+	// (Phoenix max_channels_per_transport).
+	MaxChannels int
+	// QueueSize is the most frames queued for one socket before it is cut as
+	// a slow consumer (1013). Default 1024.
+	QueueSize int
+	// QueueBytes is the most bytes queued for one socket before it is cut as
+	// a slow consumer. Default 4 MiB.
+	QueueBytes int
+	// WriteTimeout bounds one batch write to a transport. Default 10 s.
+	WriteTimeout time.Duration
+	// Logger; nil means zap.NewNop().
+	Logger *zap.Logger
+	// Tracer receives trace points (nil: none).
+	Tracer *trace.Tracer
+}
+
+// DefaultEndpointConfig returns the defaults.
+func DefaultEndpointConfig() EndpointConfig {
+	return EndpointConfig{
+		HeartbeatTimeout: 60 * time.Second,
+		MaxFrameBytes:    64 << 10,
+		MaxChannels:      100,
+		QueueSize:        1024,
+		QueueBytes:       4 << 20,
+		WriteTimeout:     10 * time.Second,
+	}
+}
+
+func (c EndpointConfig) withDefaults() EndpointConfig {
+	d := DefaultEndpointConfig()
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = d.HeartbeatTimeout
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = d.MaxFrameBytes
+	}
+	if c.MaxChannels <= 0 {
+		c.MaxChannels = d.MaxChannels
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = d.QueueSize
+	}
+	if c.QueueBytes <= 0 {
+		c.QueueBytes = d.QueueBytes
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = d.WriteTimeout
+	}
+	return c
+}
+
+// Endpoint serves Phoenix sockets: it is the http.Handler for
+// /socket/websocket, routes topics to Handlers and tracks its sockets.
+type Endpoint struct {
+	cfg    EndpointConfig
+	hub    *Hub
+	log    *zap.Logger
+	routes router
+	stats  counters
+	nextID atomic.Uint64
+
+	mu       sync.Mutex
+	sockets  map[string]*Socket // guarded by mu
+	draining bool               // guarded by mu
+	drained  chan struct{}      // closed when draining and no socket is left
+}
+
+// NewEndpoint returns an Endpoint with cfg.
+func NewEndpoint(cfg EndpointConfig) *Endpoint {
+	cfg = cfg.withDefaults()
+	e := &Endpoint{cfg: cfg, hub: cfg.Hub, log: cfg.Logger,
+		sockets: make(map[string]*Socket), drained: make(chan struct{})}
+	if e.hub == nil {
+		e.hub = NewHub()
+	}
+	if e.log == nil {
+		e.log = zap.NewNop()
+	}
+	return e
+}
+
+// Handle routes topics matching pattern to h. A pattern ending in "*" is a
+// prefix ("session:*"); others match exactly; exact routes win, then the
+// longest prefix. Safe to call at any time; affects later joins.
+func (e *Endpoint) Handle(pattern string, h Handler) { e.routes.add(pattern, h) }
+
+// Hub returns the endpoint's Hub.
+func (e *Endpoint) Hub() *Hub { return e.hub }
+
+// Stats returns a snapshot of the counters.
+func (e *Endpoint) Stats() Stats { return e.stats.snapshot() }
+
+// ServeHTTP accepts a socket (phoenix-protocol.md §1.2, in Phoenix's order):
+// non-GET → 400; draining → 503; Origin not allowed → 403; vsn not 1.x/2.x →
+// 403; Connect error → 403; then the WebSocket upgrade, answering
+// Sec-WebSocket-Protocol: phoenix when the client offered it. It returns
+// when the socket has ended.
+func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	if e.isDraining() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	if !originAllowed(r, e.cfg.AllowedOrigins) {
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	params := r.URL.Query()
+	ser, err := SerializerFor(params.Get("vsn"))
+	if err != nil {
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	token, offeredPhoenix := authFromProtocols(r.Header)
+	if token == "" {
+		token = params.Get("token")
+	}
+	var assigns any
+	if e.cfg.Connect != nil {
+		if assigns, err = e.cfg.Connect(r, params, token); err != nil {
+			e.cfg.Tracer.Emit("endpoint.refused", "err", err.Error())
+			w.WriteHeader(http.StatusForbidden)
+			return
+		}
+	}
+	opts := &websocket.AcceptOptions{InsecureSkipVerify: true} // origin checked above
+	if offeredPhoenix {
+		opts.Subprotocols = []string{"phoenix"}
+	}
+	conn, err := websocket.Accept(w, r, opts)
+	if err != nil {
+		return // Accept has answered
+	}
+	conn.SetReadLimit(e.cfg.MaxFrameBytes)
+	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn}, ser, assigns)
+	if err != nil {
+		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
+		return
+	}
+	defer s.End()
+	for {
+		typ, data, err := conn.Read(context.Background())
+		if err != nil {
+			if errors.Is(err, websocket.ErrMessageTooBig) {
+				e.stats.badFrames.Add(1)
+			}
+			e.cfg.Tracer.Emit("socket.read_end", "socket", s.id, "code", int(websocket.CloseStatus(err)))
+			return
+		}
+		if s.Receive(Frame{Data: data, Binary: typ == websocket.MessageBinary}) != nil {
+			return
+		}
+	}
+}
+
+// authTokenPrefix marks the subprotocol entry carrying the auth token
+// (phoenix.js AUTH_TOKEN_PREFIX; phoenix-protocol.md §1.3).
+const authTokenPrefix = "base64url.bearer.phx."
+
+// authFromProtocols extracts the auth token from Sec-WebSocket-Protocol and
+// reports whether "phoenix" was offered. phoenix.js encodes with btoa (the
+// standard alphabet) minus padding; URL-safe encoding is accepted too.
+func authFromProtocols(h http.Header) (token string, phoenix bool) {
+	for _, v := range h.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(v, ",") {
+			p = strings.TrimSpace(p)
+			if strings.EqualFold(p, "phoenix") {
+				phoenix = true
+				continue
+			}
+			enc, ok := strings.CutPrefix(p, authTokenPrefix)
+			if !ok || token != "" {
+				continue
+			}
+			enc = strings.TrimRight(enc, "=")
+			b, err := base64.RawStdEncoding.DecodeString(enc)
+			if err != nil {
+				if b, err = base64.RawURLEncoding.DecodeString(enc); err != nil {
+					continue
+				}
+			}
+			token = string(b)
+		}
+	}
+	return token, phoenix
+}
+
+// Attach starts a socket over t (the WebSocket path calls it after the
+// upgrade; in-memory transports call it directly). The caller then feeds
+// inbound frames to Receive, one at a time, and calls End when reading
+// stops. ctx supplies values for handler contexts; its cancellation is not
+// watched. It fails with ErrShutdown while the endpoint drains.
+func (e *Endpoint) Attach(ctx context.Context, t Transport, ser Serializer, assigns any) (*Socket, error) {
+	if ser == nil {
+		ser = V2
+	}
+	s := &Socket{
+		id:       strconv.FormatUint(e.nextID.Add(1), 36),
+		ep:       e,
+		t:        t,
+		ser:      ser,
+		serIdx:   ser.index(),
+		assigns:  assigns,
+		channels: make(map[string]*Channel),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	e.mu.Lock()
+	if e.draining {
+		e.mu.Unlock()
+		s.cancel()
+		return nil, fmt.Errorf("attach socket: %w", ErrShutdown)
+	}
+	e.sockets[s.id] = s
+	e.mu.Unlock()
+	s.lastIn.Store(monoNow())
+	s.timer = time.AfterFunc(e.cfg.HeartbeatTimeout, s.onIdle)
+	e.stats.socketsOpen.Add(1)
+	e.stats.sockets.Add(1)
+	e.cfg.Tracer.Emit("socket.open", "socket", s.id, "vsn", ser.Version())
+	return s, nil
+}
+
+func (e *Endpoint) detach(s *Socket) {
+	e.stats.socketsOpen.Add(-1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.sockets, s.id)
+	if e.draining && len(e.sockets) == 0 {
+		select {
+		case <-e.drained:
+		default:
+			close(e.drained)
+		}
+	}
+}
+
+func (e *Endpoint) isDraining() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.draining
+}
+
+// Disconnect closes the socket with id with 1001 (the client reconnects). It
+// reports whether the socket was found.
+func (e *Endpoint) Disconnect(id string) bool {
+	e.mu.Lock()
+	s := e.sockets[id]
+	e.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	s.Close(CloseGoingAway)
+	return true
+}
+
+// Socket returns the open socket with id, or nil.
+func (e *Endpoint) Socket(id string) *Socket {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.sockets[id]
+}
+
+// Shutdown drains the endpoint: new sockets are refused (HTTP 503), every
+// socket is closed with 1012 and Shutdown waits until all have ended (their
+// channels terminated, goroutines gone) or ctx ends. Idempotent.
+func (e *Endpoint) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.draining = true
+	socks := make([]*Socket, 0, len(e.sockets))
+	for _, s := range e.sockets {
+		socks = append(socks, s)
+	}
+	if len(e.sockets) == 0 {
+		select {
+		case <-e.drained:
+		default:
+			close(e.drained)
+		}
+	}
+	e.mu.Unlock()
+	for _, s := range socks {
+		s.Close(CloseRestart)
+	}
+	select {
+	case <-e.drained:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("channels: shutdown with sockets open: %w", ctx.Err())
+	}
+}
+
+// Drain is Shutdown.
+func (e *Endpoint) Drain(ctx context.Context) error { return e.Shutdown(ctx) }

@@ -1,0 +1,169 @@
+package channels
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Socket is one client connection. Inbound frames are handled one at a time,
+// in arrival order, on the reading goroutine (Receive); outbound frames go
+// through a bounded queue drained by a single writer goroutine that exists
+// only while there is something to write.
+//
+// Lock order: Socket.chMu → Channel locks (see Hub) → Socket.outMu.
+type Socket struct {
+	id      string
+	ep      *Endpoint
+	t       Transport
+	ser     Serializer
+	serIdx  int
+	assigns any
+
+	ctx    context.Context // handler context; canceled when the socket closes
+	cancel context.CancelFunc
+
+	chMu     sync.Mutex
+	channels map[string]*Channel // joined channels by topic; guarded by chMu
+
+	outMu       sync.Mutex
+	queue       []Frame // guarded by outMu
+	queueBytes  int
+	writing     bool // a writer goroutine runs
+	closing     bool // no more frames are accepted
+	closeCode   CloseCode
+	closeReason string
+	closeSent   bool
+	writers     sync.WaitGroup
+
+	timer  *time.Timer  // idle timeout, re-armed lazily (onIdle)
+	lastIn atomic.Int64 // monotonic ns of the last inbound frame
+	ended  atomic.Bool
+}
+
+// monoStart anchors monotonic timestamps.
+var monoStart = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoStart)) }
+
+// ID returns the socket's endpoint-unique id (for Endpoint.Disconnect).
+func (s *Socket) ID() string { return s.id }
+
+// Assigns returns what the Connect hook returned.
+func (s *Socket) Assigns() any { return s.assigns }
+
+// Serializer returns the socket's negotiated serializer.
+func (s *Socket) Serializer() Serializer { return s.ser }
+
+// Context returns a context that is canceled when the socket starts closing.
+func (s *Socket) Context() context.Context { return s.ctx }
+
+// Close asks the socket to close with code; queued frames are dropped and the
+// writer goroutine performs the close. It never blocks. Only the first close
+// request counts.
+func (s *Socket) Close(code CloseCode) { s.closeWith(code, code.String()) }
+
+// Receive handles one inbound frame. The reading side calls it sequentially,
+// never concurrently. It returns an error when the socket must stop reading:
+// ErrSocketClosed after a close request, or the decode error of a malformed
+// frame (the socket then closes with CloseMalformed or CloseUnsupportedData).
+func (s *Socket) Receive(f Frame) error {
+	s.lastIn.Store(monoNow())
+	st := &s.ep.stats
+	st.framesIn.Add(1)
+	if s.isClosing() {
+		return ErrSocketClosed
+	}
+	m, err := s.ser.Decode(f)
+	if err != nil {
+		st.badFrames.Add(1)
+		code := CloseMalformed
+		if errors.Is(err, ErrBinaryUnsupported) {
+			code = CloseUnsupportedData
+		}
+		s.ep.cfg.Tracer.Emit("socket.bad_frame", "socket", s.id, "err", err.Error())
+		s.Close(code)
+		return err
+	}
+	s.dispatch(&m)
+	return nil
+}
+
+// End tears the socket down after its reading side stopped: it closes the
+// transport if nobody did yet, ends every channel (Terminate with
+// ReasonSocketClosed), waits for the writer goroutine and unregisters the
+// socket. The reading side calls it exactly once.
+func (s *Socket) End() {
+	if s.ended.Swap(true) {
+		return
+	}
+	s.timer.Stop()
+	s.closeWith(CloseGoingAway, CloseGoingAway.String())
+	s.chMu.Lock()
+	chans := s.channels
+	s.channels = nil
+	s.chMu.Unlock()
+	for _, ch := range chans {
+		ch.end(ReasonSocketClosed, "")
+	}
+	s.writers.Wait()
+	s.cancel()
+	s.ep.detach(s)
+	s.ep.cfg.Tracer.Emit("socket.end", "socket", s.id)
+}
+
+func (s *Socket) isClosing() bool {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	return s.closing
+}
+
+// onIdle runs on the idle timer: it closes a socket that received nothing for
+// HeartbeatTimeout with 1001, otherwise re-arms for the remaining time.
+func (s *Socket) onIdle() {
+	if s.ended.Load() {
+		return
+	}
+	timeout := s.ep.cfg.HeartbeatTimeout
+	idle := time.Duration(monoNow() - s.lastIn.Load())
+	if idle < timeout {
+		s.timer.Reset(timeout - idle)
+		return
+	}
+	s.ep.cfg.Tracer.Emit("socket.idle", "socket", s.id)
+	s.closeWith(CloseGoingAway, "idle timeout")
+}
+
+// channel returns the channel joined on topic, or nil.
+func (s *Socket) channel(topic string) *Channel {
+	s.chMu.Lock()
+	defer s.chMu.Unlock()
+	return s.channels[topic]
+}
+
+func (s *Socket) setChannel(ch *Channel) {
+	s.chMu.Lock()
+	defer s.chMu.Unlock()
+	if s.channels != nil {
+		s.channels[ch.topic] = ch
+	}
+}
+
+// forget removes ch from the socket's topic map if it is still there.
+func (s *Socket) forget(ch *Channel) bool {
+	s.chMu.Lock()
+	defer s.chMu.Unlock()
+	if s.channels[ch.topic] == ch {
+		delete(s.channels, ch.topic)
+		return true
+	}
+	return false
+}
+
+func (s *Socket) channelCount() int {
+	s.chMu.Lock()
+	defer s.chMu.Unlock()
+	return len(s.channels)
+}

@@ -1,0 +1,41 @@
+package channels
+
+import (
+	"context"
+
+	"github.com/coder/websocket"
+)
+
+// Transport carries a socket's outbound frames. The socket's reading side
+// feeds inbound frames to Socket.Receive itself, so a Transport has no Read.
+type Transport interface {
+	// Write writes frames in order. It is called by one goroutine at a time
+	// and should give up when ctx ends.
+	Write(ctx context.Context, frames []Frame) error
+	// Close closes the connection with code and reason. It is called at most
+	// once, from the writer goroutine, and may block for the close handshake.
+	// It must make the reading side stop.
+	Close(code CloseCode, reason string) error
+}
+
+// wsTransport adapts a coder/websocket connection.
+type wsTransport struct {
+	conn *websocket.Conn
+}
+
+func (t wsTransport) Write(ctx context.Context, frames []Frame) error {
+	for _, f := range frames {
+		typ := websocket.MessageText
+		if f.Binary {
+			typ = websocket.MessageBinary
+		}
+		if err := t.conn.Write(ctx, typ, f.Data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t wsTransport) Close(code CloseCode, reason string) error {
+	return t.conn.Close(websocket.StatusCode(code), reason)
+}
