@@ -1,0 +1,165 @@
+package testenv
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+)
+
+// TCPProxy forwards TCP connections from a listener on 127.0.0.1 to a
+// target address. Cut simulates an outage of the target: live connections
+// are closed and new ones are accepted and closed at once, so clients see a
+// reset rather than a hang; Restore resumes forwarding. Safe for concurrent
+// use.
+type TCPProxy struct {
+	ln     net.Listener
+	target string
+
+	mu     sync.Mutex
+	cut    bool
+	closed bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// Proxy starts a proxy to target ("host:port") and closes it when the test
+// ends.
+func Proxy(t testing.TB, target string) *TCPProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: proxy listen: %v", err)
+	}
+	p := &TCPProxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.wg.Add(1)
+	go p.acceptLoop()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the proxy's "127.0.0.1:port".
+func (p *TCPProxy) Addr() string { return p.ln.Addr().String() }
+
+// URL returns rawURL with its host:port replaced by the proxy's address, so
+// a client built from it goes through the proxy. A URL that does not parse
+// is returned unchanged.
+func (p *TCPProxy) URL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return rawURL
+	}
+	u.Host = p.Addr()
+	return u.String()
+}
+
+// Cut closes every live connection and refuses new ones until Restore.
+func (p *TCPProxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	p.closeConnsLocked()
+}
+
+// Restore forwards new connections again.
+func (p *TCPProxy) Restore() {
+	p.mu.Lock()
+	p.cut = false
+	p.mu.Unlock()
+}
+
+// Close stops the proxy, closes every connection and waits for its
+// goroutines. It is idempotent.
+func (p *TCPProxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	_ = p.ln.Close()
+	p.closeConnsLocked()
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *TCPProxy) closeConnsLocked() {
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+// track registers c unless the proxy is cut or closed.
+func (p *TCPProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut || p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *TCPProxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	_ = c.Close()
+}
+
+func (p *TCPProxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		if !p.track(client) {
+			_ = client.Close()
+			continue
+		}
+		p.wg.Add(1)
+		go p.serve(client)
+	}
+}
+
+func (p *TCPProxy) serve(client net.Conn) {
+	defer p.wg.Done()
+	defer p.untrack(client)
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	if !p.track(server) {
+		_ = server.Close()
+		return
+	}
+	defer p.untrack(server)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(server, client)
+		// The client finished sending: pass the half-close on.
+		if tc, ok := server.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+	}()
+	_, _ = io.Copy(client, server)
+	_ = client.Close()
+	<-done
+}
+
+// HostPort returns the "host:port" of a service URL (for Proxy's target).
+func HostPort(rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", err
+	}
+	return u.Host, nil
+}
