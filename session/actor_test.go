@@ -1,0 +1,509 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+
+	"github.com/relaygw/relay/internal/trace"
+)
+
+func TestSubmitRunsTurnsInSeqOrder(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	m := startManager(t, cfg)
+
+	acc := submit(t, m, "s1", "hello world")
+	if acc != (Accepted{Session: "s1", Epoch: 1, Seq: 1}) {
+		t.Fatalf("first accept = %+v, want s1 1-1", acc)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	acc = submit(t, m, "s1", "again")
+	if acc.Epoch != 1 || acc.Seq != 7 {
+		t.Fatalf("second accept = %+v, want 1-7 (after six events of the first turn)", acc)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+
+	want := []string{
+		TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta, TypeMessage, TypeTurnCompleted,
+		TypeUserEvent, TypeTurnStarted, TypeDelta, TypeMessage, TypeTurnCompleted,
+	}
+	logged := logEvents(t, st.log, "s1")
+	if got := types(logged); !reflect.DeepEqual(got, want) {
+		t.Fatalf("log types = %v, want %v", got, want)
+	}
+	assertIncreasing(t, logged)
+	for i, ev := range logged {
+		if ev.Seq != int64(i+1) || ev.Epoch != 1 || ev.Session != "s1" || ev.At.IsZero() {
+			t.Fatalf("event %d = %+v, want s1 1-%d with a time", i, ev, i+1)
+		}
+	}
+	published := rec.all()
+	if len(published) != len(logged) {
+		t.Fatalf("published %d events, logged %d", len(published), len(logged))
+	}
+	for i := range published {
+		if published[i].Pos() != logged[i].Pos() || published[i].Type != logged[i].Type {
+			t.Fatalf("published %d = %v %s, logged %v %s", i, published[i].Pos(), published[i].Type, logged[i].Pos(), logged[i].Type)
+		}
+	}
+
+	wantData := map[int]string{
+		0: `{"type":"message","data":{"text":"hello world"}}`,
+		1: `{}`,
+		2: `{"text":"hello "}`,
+		3: `{"text":"world "}`,
+		4: `{"role":"assistant","content":"hello world"}`,
+		5: `{}`,
+	}
+	for i, w := range wantData {
+		assertJSON(t, logged[i].Data, w)
+	}
+
+	stt, err := m.State(context.Background(), "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantHist := []Message{{"user", "hello world"}, {"assistant", "hello world"}, {"user", "again"}, {"assistant", "again"}}
+	if stt.Source != SourceActor || stt.Epoch != 1 || stt.Seq != 11 || !reflect.DeepEqual(stt.History, wantHist) || stt.Running {
+		t.Fatalf("state = %+v, want live actor at 1-11 with %v", stt, wantHist)
+	}
+	if s := m.Stats(); s.Accepted != 2 || s.TurnsCompleted != 2 || s.Thaws != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func assertJSON(t *testing.T, got json.RawMessage, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("data %s: %v", got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("data = %s, want %s", got, want)
+	}
+}
+
+func TestInputsAcceptedDuringTurnRunAfterIt(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfg.Agent = ag
+	m := startManager(t, cfg)
+
+	a1 := submit(t, m, "s1", "one")
+	<-ag.started
+	a2 := submit(t, m, "s1", "two")
+	a3 := submit(t, m, "s1", "three")
+	if a1.Seq != 1 || a2.Seq != 3 || a3.Seq != 4 {
+		t.Fatalf("accepted at %d, %d, %d; want 1, 3, 4 (turn_started is 2)", a1.Seq, a2.Seq, a3.Seq)
+	}
+	if n := tr.Count(trace.Kind("session.turn.start")); n != 1 {
+		t.Fatalf("%d turns started while the first runs, want 1", n)
+	}
+	if info := m.Sessions(); len(info) != 1 || !info[0].Running || info[0].Pending != 2 {
+		t.Fatalf("sessions = %+v, want one running with 2 pending", info)
+	}
+	close(ag.release)
+	second := <-ag.started
+	third := <-ag.started
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 3)
+
+	wantSecond := []Message{{"user", "one"}, {"assistant", "done"}}
+	if !reflect.DeepEqual(second.History, wantSecond) || inputText(second.Input) != "two" {
+		t.Fatalf("second turn saw %v / %q, want %v / two", second.History, inputText(second.Input), wantSecond)
+	}
+	if len(third.History) != 4 {
+		t.Fatalf("third turn saw history %v, want 4 messages", third.History)
+	}
+	logged := logEvents(t, st.log, "s1")
+	assertIncreasing(t, logged)
+	want := []string{
+		TypeUserEvent, TypeTurnStarted, TypeUserEvent, TypeUserEvent, TypeMessage, TypeTurnCompleted,
+		TypeTurnStarted, TypeMessage, TypeTurnCompleted, TypeTurnStarted, TypeMessage, TypeTurnCompleted,
+	}
+	if got := types(logged); !reflect.DeepEqual(got, want) {
+		t.Fatalf("log types = %v, want %v", got, want)
+	}
+}
+
+func TestCheckpointWrittenBeforeMessagePublished(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	m := startManager(t, cfg)
+
+	// When the message goes out, the checkpoint must already hold it.
+	type seen struct {
+		history []Message
+		seq     int64
+	}
+	atMessage := make(chan seen, 1)
+	rec.setHook(func(ev Event) {
+		if ev.Type != TypeMessage {
+			return
+		}
+		_, s := loadSnapshot(t, st.checkpoints, "s1")
+		atMessage <- seen{s.History, s.Seq}
+	})
+	tr.Park(trace.Kind("session.checkpoint.before"), trace.Kind("test.release"))
+
+	submit(t, m, "s1", "hi there")
+	waitFor(t, tr, trace.Kind("session.checkpoint.before"), 1)
+	// The actor is parked just before its checkpoint: the deltas are out,
+	// the message is not, and the stored checkpoint lacks the answer.
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta}) {
+		t.Fatalf("published before the checkpoint: %v", got)
+	}
+	if _, s := loadSnapshot(t, st.checkpoints, "s1"); len(s.History) != 0 {
+		t.Fatalf("checkpoint already holds %v", s.History)
+	}
+	tr.Emit("test.release")
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	assertNoParkFailures(t, tr)
+
+	got := <-atMessage
+	want := []Message{{"user", "hi there"}, {"assistant", "hi there"}}
+	if !reflect.DeepEqual(got.history, want) {
+		t.Fatalf("checkpoint at message time = %v, want %v", got.history, want)
+	}
+	msg := rec.ofType(TypeMessage)[0]
+	done := rec.ofType(TypeTurnCompleted)[0]
+	if got.seq != done.Seq || msg.Seq != done.Seq-1 {
+		t.Fatalf("checkpoint seq %d, message %d, turn_completed %d: the checkpoint must cover both", got.seq, msg.Seq, done.Seq)
+	}
+	ok := waitFor(t, tr, trace.Kind("session.checkpoint.ok"), 1)
+	pub := waitFor(t, tr, trace.Kind("session.emit", "type", TypeMessage), 1)
+	if ok.Seq > pub.Seq {
+		t.Fatalf("message published (trace %d) before the checkpoint landed (trace %d)", pub.Seq, ok.Seq)
+	}
+}
+
+func TestIdempotencyKeys(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfg.Agent = ag
+	cfg.MaxIdempotencyKeys = 2
+	m := startManager(t, cfg)
+	ctx := context.Background()
+
+	first, err := m.Submit(ctx, "s1", textInput("one", "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ag.started
+	// Seen while the first turn still runs (the key is only in memory).
+	dup, err := m.Submit(ctx, "s1", textInput("one again", "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Accepted{Session: "s1", Epoch: first.Epoch, Seq: first.Seq, Duplicate: true}); dup != want {
+		t.Fatalf("duplicate = %+v, want %+v", dup, want)
+	}
+	close(ag.release)
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	if _, s := loadSnapshot(t, st.checkpoints, "s1"); len(s.Keys) != 1 || s.Keys[0] != (keyEntry{"k1", first.Epoch, first.Seq}) {
+		t.Fatalf("checkpoint keys = %+v, want k1 at %d-%d", s.Keys, first.Epoch, first.Seq)
+	}
+	// Seen after the turn, from memory again.
+	if dup, err = m.Submit(ctx, "s1", textInput("x", "k1")); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
+		t.Fatalf("late duplicate = %+v, %v", dup, err)
+	}
+	if n := len(logEventsOfType(t, st.log, "s1", TypeUserEvent)); n != 1 {
+		t.Fatalf("%d user events for one key, want 1", n)
+	}
+
+	// The set is bounded: k1 is forgotten after two newer keys.
+	for _, k := range []string{"k2", "k3"} {
+		if acc, err := m.Submit(ctx, "s1", textInput(k, k)); err != nil || acc.Duplicate {
+			t.Fatalf("submit %s = %+v, %v", k, acc, err)
+		}
+	}
+	again, err := m.Submit(ctx, "s1", textInput("one", "k1"))
+	if err != nil || again.Duplicate || again.Seq <= first.Seq {
+		t.Fatalf("k1 after eviction = %+v, %v; want a fresh acceptance", again, err)
+	}
+	if s := m.Stats(); s.Duplicates != 2 || s.Accepted != 4 {
+		t.Fatalf("stats = %+v, want 2 duplicates and 4 accepted", s)
+	}
+}
+
+func logEventsOfType(t *testing.T, l ReplayLog, id, typ string) []Event {
+	var out []Event
+	for _, ev := range logEvents(t, l, id) {
+		if ev.Type == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func TestSubmitBusyWhenMailboxFull(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, _ := testConfig(st, "a/1", tr)
+	cfg.MailboxSize = 1
+	m := startManager(t, cfg)
+
+	// Hold the actor inside its first acceptance so the mailbox fills.
+	tr.Park(trace.Kind("session.accepted"), trace.Kind("test.release"))
+	var wg sync.WaitGroup
+	results := make([]error, 2)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, results[0] = m.Submit(context.Background(), "s1", textInput("one", ""))
+	}()
+	waitFor(t, tr, trace.Kind("session.accepted"), 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, results[1] = m.Submit(context.Background(), "s1", textInput("two", ""))
+	}()
+	waitFor(t, tr, trace.Kind("session.submit.queued"), 2)
+
+	if _, err := m.Submit(context.Background(), "s1", textInput("three", "")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("third submit = %v, want ErrBusy", err)
+	}
+	tr.Emit("test.release")
+	wg.Wait()
+	assertNoParkFailures(t, tr)
+	if results[0] != nil || results[1] != nil {
+		t.Fatalf("parked submits = %v", results)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	if n := len(logEventsOfType(t, st.log, "s1", TypeUserEvent)); n != 2 {
+		t.Fatalf("%d inputs accepted, want 2", n)
+	}
+}
+
+func TestConcurrentSubmitsToOneSession(t *testing.T) {
+	const writers, each = 16, 10
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, _ := testConfig(st, "a/1", tr)
+	cfg.MailboxSize = writers * each
+	m := startManager(t, cfg)
+
+	var mu sync.Mutex
+	accepted := map[int64]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				text := fmt.Sprintf("w%d-%d", w, i)
+				acc, err := m.Submit(context.Background(), "s1", textInput(text, text))
+				if err != nil {
+					errs <- err
+					continue
+				}
+				mu.Lock()
+				if prev, dup := accepted[acc.Seq]; dup {
+					errs <- fmt.Errorf("seq %d given to %s and %s", acc.Seq, prev, text)
+				}
+				accepted[acc.Seq] = text
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), writers*each)
+
+	logged := logEvents(t, st.log, "s1")
+	assertIncreasing(t, logged)
+	users := 0
+	for _, ev := range logged {
+		if ev.Type != TypeUserEvent {
+			continue
+		}
+		users++
+		var d struct{ Data struct{ Text string } }
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if accepted[ev.Seq] != d.Data.Text {
+			t.Fatalf("user_event at %d is %q, Submit reported %q there", ev.Seq, d.Data.Text, accepted[ev.Seq])
+		}
+	}
+	if users != writers*each {
+		t.Fatalf("%d user events, want %d", users, writers*each)
+	}
+	stt, _ := m.State(context.Background(), "s1")
+	if len(stt.History) != 2*writers*each {
+		t.Fatalf("history has %d messages, want %d", len(stt.History), 2*writers*each)
+	}
+	// Each writer's inputs were accepted in the order it submitted them.
+	last := map[int]int64{}
+	for seq := int64(1); seq <= logged[len(logged)-1].Seq; seq++ {
+		text, ok := accepted[seq]
+		if !ok {
+			continue
+		}
+		var w, i int
+		if _, err := fmt.Sscanf(text, "w%d-%d", &w, &i); err != nil {
+			t.Fatal(err)
+		}
+		if prev, seen := last[w]; seen && prev != int64(i-1) {
+			t.Fatalf("writer %d: input %d accepted after input %d", w, i, prev)
+		}
+		last[w] = int64(i)
+	}
+}
+
+func TestSubmitRefusals(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfgA, _, _ := testConfig(st, "a/1", tr)
+	a := startManager(t, cfgA)
+	flaky := &flakyLeases{LeaseStore: st.leases}
+	cfgB, recB, _ := testConfig(st, "b/1", tr)
+	cfgB.Leases = flaky
+	b := startManager(t, cfgB)
+	ctx := context.Background()
+
+	if _, err := a.Submit(ctx, "bad id!", textInput("x", "")); !errors.Is(err, ErrInvalidID) {
+		t.Fatalf("bad id: %v", err)
+	}
+	submit(t, a, "s1", "mine")
+	_, err := b.Submit(ctx, "s1", textInput("yours?", ""))
+	var held *LeaseHeldError
+	if !errors.As(err, &held) || held.Holder != "a/1" || held.Epoch != 1 || held.Remaining <= 0 {
+		t.Fatalf("submit to a held session = %v, want *LeaseHeldError by a/1", err)
+	}
+	flaky.failing.Store(true)
+	if _, err := b.Submit(ctx, "s2", textInput("x", "")); !errors.Is(err, errStoreDown) {
+		t.Fatalf("submit with the lease store down = %v, want the store's error", err)
+	}
+	if len(b.Sessions()) != 0 || len(recB.all()) != 0 {
+		t.Fatalf("refused submits left actors %v or events %v", b.Sessions(), recB.all())
+	}
+	if len(logEvents(t, st.log, "s2")) != 0 {
+		t.Fatal("refused submit reached the log")
+	}
+}
+
+type failAgent struct{ panics bool }
+
+func (f failAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+	if err := emit(ctx, "", deltaData{Text: "partial"}); err != nil {
+		return Message{}, err
+	}
+	if f.panics {
+		panic("agent bug")
+	}
+	return Message{}, errors.New("model unavailable")
+}
+
+func TestAgentErrorEndsTurnFailedAndCheckpointed(t *testing.T) {
+	for _, panics := range []bool{false, true} {
+		t.Run(fmt.Sprintf("panic=%v", panics), func(t *testing.T) {
+			st := memoryStores()
+			tr := trace.New()
+			cfg, rec, _ := testConfig(st, "a/1", tr)
+			cfg.Agent = failAgent{panics: panics}
+			m := startManager(t, cfg)
+
+			submit(t, m, "s1", "question")
+			waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnFailed), 1)
+			if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeTurnFailed}) {
+				t.Fatalf("published %v", got)
+			}
+			var d struct{ Error string }
+			if err := json.Unmarshal(rec.ofType(TypeTurnFailed)[0].Data, &d); err != nil || d.Error == "" {
+				t.Fatalf("turn_failed data %s", rec.ofType(TypeTurnFailed)[0].Data)
+			}
+			_, s := loadSnapshot(t, st.checkpoints, "s1")
+			if !reflect.DeepEqual(s.History, []Message{{"user", "question"}}) || s.Seq != 4 {
+				t.Fatalf("checkpoint = %+v, want the user message at seq 4", s)
+			}
+			if m.Stats().TurnsFailed != 1 {
+				t.Fatalf("stats %+v", m.Stats())
+			}
+		})
+	}
+}
+
+func TestAgentCannotEmitReservedTypes(t *testing.T) {
+	st := memoryStores()
+	cfg, _, _ := testConfig(st, "a/1", nil)
+	got := make(chan error, 1)
+	cfg.Agent = agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+		got <- emit(ctx, TypeMessage, map[string]string{"role": "assistant"})
+		return Message{Content: "ok"}, nil
+	})
+	m := startManager(t, cfg)
+	submit(t, m, "s1", "x")
+	if err := <-got; err == nil {
+		t.Fatal("agent emitted a reserved message event")
+	}
+}
+
+type agentFunc func(ctx context.Context, turn Turn, emit Emit) (Message, error)
+
+func (f agentFunc) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+	return f(ctx, turn, emit)
+}
+
+type brokenCheckpoints struct{ CheckpointStore }
+
+func (brokenCheckpoints) Load(context.Context, string) (Checkpoint, bool, error) {
+	return Checkpoint{}, false, errors.New("test: checkpoint store down")
+}
+
+func TestStateSources(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfgA, _, _ := testConfig(st, "a/1", tr)
+	a := startManager(t, cfgA)
+	cfgB, _, _ := testConfig(st, "b/1", tr)
+	b := startManager(t, cfgB)
+	ctx := context.Background()
+
+	submit(t, a, "s1", "hello")
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	want := []Message{{"user", "hello"}, {"assistant", "hello"}}
+
+	local, err := a.State(ctx, "s1")
+	if err != nil || local.Source != SourceActor || !reflect.DeepEqual(local.History, want) || local.Seq != 5 {
+		t.Fatalf("local state = %+v, %v", local, err)
+	}
+	remote, err := b.State(ctx, "s1")
+	if err != nil || remote.Source != SourceCheckpoint || !reflect.DeepEqual(remote.History, want) || remote.Seq != 5 || remote.Epoch != 1 {
+		t.Fatalf("remote state = %+v, %v", remote, err)
+	}
+	none, err := b.State(ctx, "nobody")
+	if err != nil || none.Source != SourceNone || none.History == nil || len(none.History) != 0 {
+		t.Fatalf("state of an unknown session = %+v, %v", none, err)
+	}
+	cfgC, _, _ := testConfig(st, "c/1", tr)
+	cfgC.Checkpoints = brokenCheckpoints{st.checkpoints}
+	c := startManager(t, cfgC)
+	down, err := c.State(ctx, "s1")
+	if err != nil || down.Source != SourceUnavailable || len(down.History) != 0 {
+		t.Fatalf("state with the store down = %+v, %v", down, err)
+	}
+	if _, err := c.State(ctx, "bad id"); !errors.Is(err, ErrInvalidID) {
+		t.Fatalf("bad id: %v", err)
+	}
+}

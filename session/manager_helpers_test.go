@@ -1,0 +1,301 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/relaygw/relay/internal/trace"
+)
+
+// fakeClock is a Clock that moves only on Advance; timers fire when it
+// passes their due time.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	c    *fakeClock
+	due  time.Time
+	ch   chan time.Time
+	done bool // fired or stopped
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) NewTimer(d time.Duration) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, due: c.now.Add(d), ch: make(chan time.Time, 1)}
+	if d <= 0 {
+		t.done = true
+		t.ch <- c.now
+		return t
+	}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+// Advance moves the clock by d and fires every timer that is due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	keep := c.timers[:0]
+	for _, t := range c.timers {
+		switch {
+		case t.done:
+		case !c.now.Before(t.due):
+			t.done = true
+			t.ch <- c.now
+		default:
+			keep = append(keep, t)
+		}
+	}
+	c.timers = keep
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.done
+	t.done = true
+	return was
+}
+
+// recorder is a Publisher that keeps what it was given. onEvent, if set,
+// runs inside Publish (on the actor goroutine) before the event is kept.
+type recorder struct {
+	mu      sync.Mutex
+	events  []Event
+	onEvent func(Event)
+}
+
+func (r *recorder) Publish(_ context.Context, ev Event) error {
+	r.mu.Lock()
+	hook := r.onEvent
+	r.mu.Unlock()
+	if hook != nil {
+		hook(ev)
+	}
+	r.mu.Lock()
+	r.events = append(r.events, ev)
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) setHook(f func(Event)) {
+	r.mu.Lock()
+	r.onEvent = f
+	r.mu.Unlock()
+}
+
+func (r *recorder) all() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Event(nil), r.events...)
+}
+
+func (r *recorder) ofType(typ string) []Event {
+	var out []Event
+	for _, ev := range r.all() {
+		if ev.Type == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// blockAgent streams its pre-deltas, reports the turn on started, then
+// blocks until release is closed (returning "done") or ctx ends. After the
+// release it emits post, if set, before returning.
+type blockAgent struct {
+	pre      []string
+	post     string
+	started  chan Turn
+	release  chan struct{}
+	onCancel func(ctx context.Context) // runs when ctx ends while blocked
+	postErr  chan error                // receives the emit error of post
+}
+
+func newBlockAgent() *blockAgent {
+	return &blockAgent{started: make(chan Turn, 64), release: make(chan struct{}), postErr: make(chan error, 64)}
+}
+
+func (b *blockAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+	for _, d := range b.pre {
+		if err := emit(ctx, TypeDelta, deltaData{Text: d}); err != nil {
+			return Message{}, err
+		}
+	}
+	b.started <- turn
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		if b.onCancel != nil {
+			b.onCancel(ctx)
+		}
+		return Message{}, ctx.Err()
+	}
+	if b.post != "" {
+		err := emit(ctx, TypeDelta, deltaData{Text: b.post})
+		b.postErr <- err
+		if err != nil {
+			return Message{}, err
+		}
+	}
+	return Message{Role: "assistant", Content: "done"}, nil
+}
+
+// flakyLeases wraps a LeaseStore; while failing is set, Claim fails as an
+// unreachable store would.
+type flakyLeases struct {
+	LeaseStore
+	failing atomic.Bool
+}
+
+var errStoreDown = errors.New("test: lease store unreachable")
+
+func (f *flakyLeases) Claim(ctx context.Context, key, owner string, ttl time.Duration) (Lease, error) {
+	if f.failing.Load() {
+		return Lease{}, fmt.Errorf("claim %q: %w", key, errStoreDown)
+	}
+	return f.LeaseStore.Claim(ctx, key, owner, ttl)
+}
+
+// stores is one set of shared stores (as one database and one Redis would
+// be for a cluster), plus a way to make store time pass.
+type stores struct {
+	leases      LeaseStore
+	checkpoints CheckpointStore
+	log         ReplayLog
+	// advance makes d of store time pass for leases (and, for the memory
+	// stores, for every store reading the same clock).
+	advance func(t *testing.T, d time.Duration)
+}
+
+func memoryStores() *stores {
+	clk := NewManualClock(time.Unix(1_700_000_000, 0))
+	opt := WithMemoryClock(clk.Now)
+	return &stores{
+		leases:      NewMemoryLeaseStore(opt),
+		checkpoints: NewMemoryCheckpointStore(opt),
+		log:         NewMemoryReplayLog(10_000, 0, opt),
+		advance:     func(_ *testing.T, d time.Duration) { clk.Advance(d) },
+	}
+}
+
+// testConfig is a Config on st with a fake clock (nothing times out unless
+// the test advances it), a tracer and a recorder.
+func testConfig(st *stores, owner string, tr *trace.Tracer) (Config, *recorder, *fakeClock) {
+	rec := &recorder{}
+	clk := newFakeClock()
+	return Config{
+		Owner:       owner,
+		Agent:       EchoAgent{},
+		Leases:      st.leases,
+		Checkpoints: st.checkpoints,
+		Log:         st.log,
+		Publisher:   rec,
+		Clock:       clk,
+		Tracer:      tr,
+	}, rec, clk
+}
+
+func startManager(t *testing.T, cfg Config) *Manager {
+	t.Helper()
+	m := NewManager(cfg)
+	t.Cleanup(m.Close)
+	return m
+}
+
+// waitFor blocks until the tracer has seen an event matching m (n-th), or
+// fails the test with the trace.
+func waitFor(t *testing.T, tr *trace.Tracer, m trace.Matcher, n int) trace.Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev, err := tr.WaitForN(ctx, m, n)
+	if err != nil {
+		t.Fatalf("%v\ntrace:\n%s", err, tr.Dump())
+	}
+	return ev
+}
+
+func submit(t *testing.T, m *Manager, id, text string) Accepted {
+	t.Helper()
+	acc, err := m.Submit(context.Background(), id, textInput(text, ""))
+	if err != nil {
+		t.Fatalf("submit %q to %s: %v", text, id, err)
+	}
+	return acc
+}
+
+func textInput(text, key string) Input {
+	data, _ := json.Marshal(map[string]string{"text": text})
+	return Input{Type: "message", Data: data, IdempotencyKey: key}
+}
+
+// logEvents reads a session's whole replay log.
+func logEvents(t *testing.T, l ReplayLog, id string) []Event {
+	t.Helper()
+	evs, _, err := l.Since(context.Background(), id, Position{}, 0)
+	if err != nil {
+		t.Fatalf("read log of %s: %v", id, err)
+	}
+	return evs
+}
+
+// assertIncreasing fails unless evs are in strictly increasing position
+// and seq order.
+func assertIncreasing(t *testing.T, evs []Event) {
+	t.Helper()
+	for i := 1; i < len(evs); i++ {
+		if !evs[i-1].Pos().Less(evs[i].Pos()) || evs[i-1].Seq >= evs[i].Seq {
+			t.Fatalf("events %d and %d out of order: %v %s, %v %s", i-1, i, evs[i-1].Pos(), evs[i-1].Type, evs[i].Pos(), evs[i].Type)
+		}
+	}
+}
+
+func loadSnapshot(t *testing.T, cs CheckpointStore, id string) (Checkpoint, snapshot) {
+	t.Helper()
+	c, ok, err := cs.Load(context.Background(), id)
+	if err != nil || !ok {
+		t.Fatalf("load checkpoint %s: ok %v err %v", id, ok, err)
+	}
+	s, err := decodeSnapshot(c.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, s
+}
+
+func types(evs []Event) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.Type
+	}
+	return out
+}
+
+func assertNoParkFailures(t *testing.T, tr *trace.Tracer) {
+	t.Helper()
+	if f := tr.Failures(); len(f) > 0 {
+		t.Fatalf("park failures: %v", f)
+	}
+}
