@@ -1,0 +1,538 @@
+package channels
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/coder/websocket"
+	"github.com/relaygw/relay/internal/trace"
+)
+
+// Tests named TestChecklistNN follow the checklist at the end of
+// phoenix-protocol.md, item NN.
+
+func roomServer(t *testing.T, h *funcHandler, cfg EndpointConfig) *testServer {
+	return newTestServer(t, cfg, map[string]Handler{"room:*": h})
+}
+
+func joinLobby(c *client, joinRef string) {
+	c.t.Helper()
+	c.send(`["` + joinRef + `","` + joinRef + `","room:lobby","phx_join",{}]`)
+	c.expect(`["` + joinRef + `","` + joinRef + `","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+}
+
+func TestChecklist01UpgradeWithAllowedOrNoOrigin(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{AllowedOrigins: []string{"*.example.com"}})
+	for _, origin := range []string{"", "https://app.example.com", "https://example.com", "http://" + strings.TrimPrefix(ts.srv.URL, "http://")} {
+		opts := &websocket.DialOptions{HTTPHeader: http.Header{}}
+		if origin != "" {
+			opts.HTTPHeader.Set("Origin", origin)
+		}
+		c, err := ts.tryDial(t, "?vsn=2.0.0", opts)
+		if err != nil {
+			t.Fatalf("origin %q: %v", origin, err)
+		}
+		if c.resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("origin %q: status %d", origin, c.resp.StatusCode)
+		}
+		c.heartbeat("1")
+	}
+}
+
+func TestChecklist02NonGetIs400(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
+	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
+		req, _ := http.NewRequest(m, ts.srv.URL+"/socket/websocket?vsn=2.0.0", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("%s: status %d, want 400", m, resp.StatusCode)
+		}
+	}
+}
+
+func TestChecklist03OriginNotAllowedIs403(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{AllowedOrigins: []string{"*.example.com", "https://app.test"}})
+	for _, origin := range []string{"https://evil.com", "https://example.com.evil.com", "http://app.test", "null"} {
+		opts := &websocket.DialOptions{HTTPHeader: http.Header{"Origin": {origin}}}
+		c, err := ts.tryDial(t, "?vsn=2.0.0", opts)
+		if err == nil {
+			t.Fatalf("origin %q: upgraded", origin)
+		}
+		if c.resp == nil || c.resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("origin %q: want 403, got %v", origin, c.resp)
+		}
+	}
+}
+
+func TestChecklist04VersionNegotiation(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
+	for _, q := range []string{"?vsn=3.0.0", "?vsn=garbage", "?vsn=2.x", "?vsn=0.9.0"} {
+		c, err := ts.tryDial(t, q, nil)
+		if err == nil || c.resp == nil || c.resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("%s: want 403, got err=%v resp=%v", q, err, c.resp)
+		}
+	}
+	for _, q := range []string{"", "?vsn=1.0.0"} {
+		c := ts.dial(t, q)
+		c.send(`{"topic":"phoenix","event":"heartbeat","payload":{},"ref":"1"}`)
+		c.expect(`{"topic":"phoenix","event":"phx_reply","payload":{"status":"ok","response":{}},"ref":"1"}`)
+		c.send(`{"topic":"room:lobby","event":"phx_join","payload":{},"ref":"2","join_ref":"2"}`)
+		c.expect(`{"topic":"room:lobby","event":"phx_reply","payload":{"status":"ok","response":{}},"ref":"2"}`)
+		ts.ep.Hub().Broadcast("room:lobby", "new_msg", json.RawMessage(`{"body":"hi"}`), nil)
+		c.expect(`{"topic":"room:lobby","event":"new_msg","payload":{"body":"hi"},"ref":null}`)
+	}
+}
+
+func TestChecklist05ConnectRefusedIs403(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{
+		Connect: func(r *http.Request, params url.Values, token string) (any, error) {
+			if token != "good" {
+				return nil, errTest
+			}
+			return "user-1", nil
+		},
+	})
+	c, err := ts.tryDial(t, "?vsn=2.0.0&token=bad", nil)
+	if err == nil || c.resp == nil || c.resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("want 403, got err=%v resp=%v", err, c.resp)
+	}
+	ts.dial(t, "?vsn=2.0.0&token=good").heartbeat("1")
+}
+
+func TestChecklist06AuthTokenSubprotocol(t *testing.T) {
+	tokens := make(chan string, 4)
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{
+		Connect: func(r *http.Request, params url.Values, token string) (any, error) {
+			tokens <- token
+			return nil, nil
+		},
+	})
+	c, err := ts.tryDial(t, "?vsn=2.0.0", &websocket.DialOptions{
+		Subprotocols: []string{"phoenix", "base64url.bearer.phx.bXktc2VjcmV0"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.resp.Header.Get("Sec-WebSocket-Protocol"); got != "phoenix" {
+		t.Fatalf("Sec-WebSocket-Protocol = %q, want phoenix", got)
+	}
+	if tok := <-tokens; tok != "my-secret" {
+		t.Fatalf("connect saw token %q, want my-secret", tok)
+	}
+	c.heartbeat("1")
+
+	c2 := ts.dial(t, "?vsn=2.0.0&token=from-query")
+	if got := c2.resp.Header.Values("Sec-WebSocket-Protocol"); len(got) != 0 {
+		t.Fatalf("no offer, but Sec-WebSocket-Protocol = %q", got)
+	}
+	if tok := <-tokens; tok != "from-query" {
+		t.Fatalf("connect saw token %q, want from-query", tok)
+	}
+	// URL-safe alphabet is accepted too: "??>" encodes to "Pz8-" (std "Pz8+").
+	if tok, ok := authFromProtocols(http.Header{"Sec-Websocket-Protocol": {"phoenix, base64url.bearer.phx.Pz8-"}}); tok != "??>" || !ok {
+		t.Fatalf("url-safe token = %q, %v", tok, ok)
+	}
+	if tok, _ := authFromProtocols(http.Header{"Sec-Websocket-Protocol": {"base64url.bearer.phx.Pz8+"}}); tok != "??>" {
+		t.Fatalf("std token = %q", tok)
+	}
+}
+
+func TestChecklist07HeartbeatJoinedOrNot(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	c.heartbeat("5")
+	joinLobby(c, "3")
+	c.heartbeat("6")
+}
+
+func TestChecklist08JoinAccepted(t *testing.T) {
+	h := newFuncHandler()
+	h.join = func(ctx context.Context, ch *Channel, p json.RawMessage) (JoinResult, error) {
+		var params struct{ Nick string }
+		if err := json.Unmarshal(p, &params); err != nil {
+			return JoinResult{}, err
+		}
+		return JoinResult{Response: map[string]any{"id": 1, "nick": params.Nick}}, nil
+	}
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	c.send(`["3","3","room:lobby","phx_join",{"nick":"bob"}]`)
+	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{"id":1,"nick":"bob"}}]`)
+	if st := ts.ep.Stats(); st.Joins != 1 || st.ChannelsOpen != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestChecklist09JoinRefused(t *testing.T) {
+	h := newFuncHandler()
+	h.join = func(ctx context.Context, ch *Channel, p json.RawMessage) (JoinResult, error) {
+		return JoinResult{}, &ReplyError{Reason: "unauthorized", Fields: map[string]any{"message": "no"}}
+	}
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	c.send(`["3","3","room:lobby","phx_join",{}]`)
+	c.expect(`["3","3","room:lobby","phx_reply",{"status":"error","response":{"message":"no","reason":"unauthorized"}}]`)
+	c.send(`["3","4","room:lobby","new_msg",{}]`)
+	c.expect(`[null,"4","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+	// A plain error is not leaked: it becomes "internal".
+	h.join = func(ctx context.Context, ch *Channel, p json.RawMessage) (JoinResult, error) {
+		return JoinResult{}, errTest
+	}
+	c.send(`["5","5","room:lobby","phx_join",{}]`)
+	c.expect(`["5","5","room:lobby","phx_reply",{"status":"error","response":{"reason":"internal"}}]`)
+	if len(h.terminations()) != 0 {
+		t.Fatalf("refused joins were terminated: %v", h.terminations())
+	}
+}
+
+func TestChecklist10JoinUnroutedTopic(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	c.send(`["3","3","nope:1","phx_join",{}]`)
+	c.expect(`[null,"3","nope:1","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+}
+
+func TestChecklist11TooManyChannels(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	for i := 0; i < 100; i++ {
+		r := fmt.Sprint(i + 1)
+		c.send(`["` + r + `","` + r + `","room:` + r + `","phx_join",{}]`)
+		c.expect(`["` + r + `","` + r + `","room:` + r + `","phx_reply",{"status":"ok","response":{}}]`)
+	}
+	c.send(`["101","101","room:101","phx_join",{}]`)
+	c.expect(`["101","101","room:101","phx_reply",{"status":"error","response":{"reason":"too many channels joined"}}]`)
+	// Rejoining an already joined topic is a duplicate join, not a 101st.
+	c.send(`["102","102","room:1","phx_join",{}]`)
+	c.expect(`["102","102","room:1","phx_reply",{"status":"ok","response":{}}]`)
+	c.expect(`["1","1","room:1","phx_close",{}]`)
+}
+
+func TestChecklist12JoinCrashed(t *testing.T) {
+	h := newFuncHandler()
+	h.join = func(ctx context.Context, ch *Channel, p json.RawMessage) (JoinResult, error) {
+		ch.Subscribe()
+		panic("boom")
+	}
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	c.send(`["3","3","room:lobby","phx_join",{}]`)
+	c.expect(`["3","3","room:lobby","phx_reply",{"status":"error","response":{"reason":"join crashed"}}]`)
+	if n := ts.ep.Hub().Subscribers("room:lobby"); n != 0 {
+		t.Fatalf("crashed join left %d subscribers", n)
+	}
+	c.heartbeat("4")
+}
+
+func TestChecklist13DuplicateJoin(t *testing.T) {
+	h := newFuncHandler()
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`["7","7","room:lobby","phx_join",{}]`)
+	c.expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	if got := h.waitTerminated(t); got != "room:lobby/3/duplicate_join" {
+		t.Fatalf("terminated %q", got)
+	}
+	if n := ts.ep.Hub().Subscribers("room:lobby"); n != 1 {
+		t.Fatalf("subscribers = %d, want 1", n)
+	}
+	ts.ep.Hub().Broadcast("room:lobby", "ev", json.RawMessage(`{}`), nil)
+	c.expect(`[null,null,"room:lobby","ev",{}]`)
+}
+
+func echoHandler() *funcHandler {
+	h := newFuncHandler()
+	h.handleIn = func(ctx context.Context, ch *Channel, event string, p json.RawMessage) (any, error) {
+		switch event {
+		case "echo":
+			return p, nil
+		case "silent":
+			return nil, nil
+		case "refuse":
+			return nil, &ReplyError{Reason: "nope"}
+		case "fail":
+			return nil, errTest
+		case "crash":
+			panic("handler crash")
+		case "close":
+			ch.Close()
+			return nil, nil
+		}
+		return nil, nil
+	}
+	return h
+}
+
+func TestChecklist14PushWithMatchingJoinRef(t *testing.T) {
+	ts := roomServer(t, echoHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`["3","4","room:lobby","echo",{"body":"hi"}]`)
+	c.expect(`["3","4","room:lobby","phx_reply",{"status":"ok","response":{"body":"hi"}}]`)
+	c.send(`["3","5","room:lobby","silent",{}]`)
+	c.heartbeat("6") // no reply for "5" came before the heartbeat reply
+	c.send(`["3","7","room:lobby","refuse",{}]`)
+	c.expect(`["3","7","room:lobby","phx_reply",{"status":"error","response":{"reason":"nope"}}]`)
+	c.send(`["3","8","room:lobby","fail",{}]`)
+	c.expect(`["3","8","room:lobby","phx_reply",{"status":"error","response":{"reason":"internal"}}]`)
+}
+
+func TestChecklist15PushWithNullJoinRef(t *testing.T) {
+	ts := roomServer(t, echoHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`[null,"4","room:lobby","echo",{"n":1}]`)
+	c.expect(`["3","4","room:lobby","phx_reply",{"status":"ok","response":{"n":1}}]`)
+}
+
+func TestChecklist16PushWithStaleJoinRef(t *testing.T) {
+	ts := roomServer(t, echoHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`["7","7","room:lobby","phx_join",{}]`)
+	c.expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	c.send(`["3","8","room:lobby","echo",{}]`)
+	c.heartbeat("9")
+	waitTrace(t, ts.tr, trace.Kind("push.stale", "join_ref", "3"))
+}
+
+func TestChecklist17PushToUnjoinedTopic(t *testing.T) {
+	ts := roomServer(t, echoHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	c.send(`["3","4","room:other","echo",{}]`)
+	c.expect(`[null,"4","room:other","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+}
+
+func TestChecklist18LeaveJoinedTopic(t *testing.T) {
+	h := echoHandler()
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`["3","9","room:lobby","phx_leave",{}]`)
+	c.expect(`["3","9","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	if got := h.waitTerminated(t); got != "room:lobby/3/leave" {
+		t.Fatalf("terminated %q", got)
+	}
+	c.send(`["3","10","room:lobby","echo",{}]`)
+	c.expect(`[null,"10","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+	if n := ts.ep.Hub().Subscribers("room:lobby"); n != 0 {
+		t.Fatalf("subscribers = %d after leave", n)
+	}
+}
+
+func TestChecklist19LeaveUnjoinedTopic(t *testing.T) {
+	ts := roomServer(t, echoHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	c.send(`["12","13","room:lobby","phx_leave",{}]`)
+	c.expect(`["12","13","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.heartbeat("14") // and no phx_close
+}
+
+func TestChecklist20LeaveWithStaleJoinRef(t *testing.T) {
+	ts := roomServer(t, echoHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`["7","7","room:lobby","phx_join",{}]`)
+	c.expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	c.send(`["3","8","room:lobby","phx_leave",{}]`)
+	c.heartbeat("9")
+	c.send(`["7","10","room:lobby","echo",{"still":"joined"}]`)
+	c.expect(`["7","10","room:lobby","phx_reply",{"status":"ok","response":{"still":"joined"}}]`)
+}
+
+func TestChecklist21ChannelCrashThenRejoin(t *testing.T) {
+	h := echoHandler()
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`["3","4","room:lobby","crash",{}]`)
+	c.expect(`["3","3","room:lobby","phx_error",{"reason":"channel_crash"}]`)
+	if got := h.waitTerminated(t); got != "room:lobby/3/crash" {
+		t.Fatalf("terminated %q", got)
+	}
+	c.heartbeat("5") // the socket survives
+	c.send(`["6","6","room:lobby","phx_join",{}]`)
+	c.expect(`["6","6","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.send(`["6","7","room:lobby","echo",{"ok":true}]`)
+	c.expect(`["6","7","room:lobby","phx_reply",{"status":"ok","response":{"ok":true}}]`)
+}
+
+func TestChecklist22ServerCloseSendsPhxClose(t *testing.T) {
+	h := echoHandler()
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`["3","4","room:lobby","close",{}]`)
+	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	if got := h.waitTerminated(t); got != "room:lobby/3/closed" {
+		t.Fatalf("terminated %q", got)
+	}
+	c.send(`["3","5","room:lobby","echo",{}]`)
+	c.expect(`[null,"5","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+}
+
+func TestChecklist23ServerPushAndBroadcast(t *testing.T) {
+	chans := make(chan *Channel, 1)
+	h := newFuncHandler()
+	h.join = func(ctx context.Context, ch *Channel, p json.RawMessage) (JoinResult, error) {
+		ch.Subscribe()
+		chans <- ch
+		return JoinResult{}, nil
+	}
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	ch := <-chans
+	if err := ch.Push("new_msg", map[string]string{"body": "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(`["3",null,"room:lobby","new_msg",{"body":"hi"}]`)
+	if n := ts.ep.Hub().Broadcast("room:lobby", "new_msg", json.RawMessage(`{"body":"all"}`), nil); n != 1 {
+		t.Fatalf("broadcast delivered to %d", n)
+	}
+	c.expect(`[null,null,"room:lobby","new_msg",{"body":"all"}]`)
+	// presence_state is a push with the join_ref; presence_diff a broadcast.
+	if err := ch.Push("presence_state", json.RawMessage(`{"u1":{"metas":[{"phx_ref":"a"}]}}`)); err != nil {
+		t.Fatal(err)
+	}
+	c.expect(`["3",null,"room:lobby","presence_state",{"u1":{"metas":[{"phx_ref":"a"}]}}]`)
+	ch.Broadcast("presence_diff", []byte(`{"joins":{},"leaves":{}}`), nil)
+	c.expect(`[null,null,"room:lobby","presence_diff",{"joins":{},"leaves":{}}]`)
+}
+
+func TestChecklist24ForceDisconnect(t *testing.T) {
+	ids := make(chan string, 1)
+	h := newFuncHandler()
+	h.join = func(ctx context.Context, ch *Channel, p json.RawMessage) (JoinResult, error) {
+		ids <- ch.Socket().ID()
+		return JoinResult{}, nil
+	}
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	if !ts.ep.Disconnect(<-ids) {
+		t.Fatal("socket not found")
+	}
+	if code := c.expectClose(); code != websocket.StatusGoingAway {
+		t.Fatalf("close code %d, want 1001", code)
+	}
+	if got := h.waitTerminated(t); got != "room:lobby/3/socket_closed" {
+		t.Fatalf("terminated %q", got)
+	}
+	if ts.ep.Disconnect("no-such-socket") {
+		t.Fatal("disconnected an unknown socket")
+	}
+}
+
+func TestChecklist25IdleSocketClosed(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{HeartbeatTimeout: 50e6})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	if code := c.expectClose(); code != websocket.StatusGoingAway {
+		t.Fatalf("close code %d, want 1001", code)
+	}
+	waitTrace(t, ts.tr, trace.Kind("socket.idle"))
+}
+
+func TestChecklist26ClientCloseCleansUp(t *testing.T) {
+	h := newFuncHandler()
+	ts := roomServer(t, h, EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	c.send(`["4","4","room:other","phx_join",{}]`)
+	c.expect(`["4","4","room:other","phx_reply",{"status":"ok","response":{}}]`)
+	// phoenix.js closes with 1000 "heartbeat timeout" when a heartbeat goes
+	// unanswered.
+	if err := c.conn.Close(websocket.StatusNormalClosure, "heartbeat timeout"); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{h.waitTerminated(t): true, h.waitTerminated(t): true}
+	if !got["room:lobby/3/socket_closed"] || !got["room:other/4/socket_closed"] {
+		t.Fatalf("terminations %v", got)
+	}
+	waitTrace(t, ts.tr, trace.Kind("socket.end"))
+	if st := ts.ep.Stats(); st.SocketsOpen != 0 || st.ChannelsOpen != 0 {
+		t.Fatalf("stats after close: %+v", st)
+	}
+	if n := len(ts.ep.Hub().Topics()); n != 0 {
+		t.Fatalf("hub still has %d topics", n)
+	}
+}
+
+type binaryHandler struct {
+	*funcHandler
+	got chan string
+}
+
+func (h binaryHandler) HandleBinary(ctx context.Context, ch *Channel, event string, p []byte) (any, error) {
+	h.got <- fmt.Sprintf("%s %x", event, p)
+	if err := ch.Push("bin_push", Binary{1, 1}); err != nil {
+		return nil, err
+	}
+	return Binary{7, 8}, nil
+}
+
+func TestChecklist27BinaryFrames(t *testing.T) {
+	h := binaryHandler{funcHandler: newFuncHandler(), got: make(chan string, 1)}
+	ts := newTestServer(t, EndpointConfig{}, map[string]Handler{"top": h})
+	c := ts.dial(t, "?vsn=2.0.0")
+	c.send(`["10","10","top","phx_join",{}]`)
+	c.expect(`["10","10","top","phx_reply",{"status":"ok","response":{}}]`)
+	// The frame from phoenix-protocol.md §2.2: join_ref "10", ref "1".
+	c.sendBinary([]byte("\x00\x02\x01\x03\x0210" + "1" + "top" + "ev" + "\x01"))
+	if got := <-h.got; got != "ev 01" {
+		t.Fatalf("handler got %q", got)
+	}
+	got, bin := c.read()
+	if want := "\x00\x02\x03\x0810topbin_push\x01\x01"; !bin || got != want {
+		t.Fatalf("push frame %q (binary %v), want %q", got, bin, want)
+	}
+	got, bin = c.read()
+	if want := "\x01\x02\x01\x03\x0210" + "1" + "top" + "ok" + "\x07\x08"; !bin || got != want {
+		t.Fatalf("reply frame %q (binary %v), want %q", got, bin, want)
+	}
+	// A handler without HandleBinary refuses binary pushes.
+	ts2 := roomServer(t, newFuncHandler(), EndpointConfig{})
+	c2 := ts2.dial(t, "?vsn=2.0.0")
+	joinLobby(c2, "3")
+	c2.sendBinary([]byte("\x00\x01\x01\x0a\x023" + "4" + "room:lobby" + "ev" + "x"))
+	c2.expect(`["3","4","room:lobby","phx_reply",{"status":"error","response":{"reason":"binary payload not supported"}}]`)
+}
+
+func TestRefusedWhileDraining(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
+	c := ts.dial(t, "?vsn=2.0.0")
+	joinLobby(c, "3")
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- ts.ep.Shutdown(ctx) }()
+	if code := c.expectClose(); code != websocket.StatusServiceRestart {
+		t.Fatalf("close code %d, want 1012", code)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c2, err := ts.tryDial(t, "?vsn=2.0.0", nil)
+	if err == nil || c2.resp == nil || c2.resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("want 503 while draining, got err=%v resp=%v", err, c2.resp)
+	}
+	if _, err := ts.ep.Attach(ctx, nil, V2, nil); !errors.Is(err, ErrShutdown) {
+		t.Fatalf("attach while draining: %v", err)
+	}
+}
