@@ -205,16 +205,16 @@ func memoryStores() *stores {
 func testConfig(st *stores, owner string, tr *trace.Tracer) (Config, *recorder, *fakeClock) {
 	rec := &recorder{}
 	clk := newFakeClock()
-	return Config{
-		Owner:       owner,
-		Agent:       EchoAgent{},
-		Leases:      st.leases,
-		Checkpoints: st.checkpoints,
-		Log:         st.log,
-		Publisher:   rec,
-		Clock:       clk,
-		Tracer:      tr,
-	}, rec, clk
+	cfg := DefaultConfig()
+	cfg.Owner = owner
+	cfg.Agent = EchoAgent{}
+	cfg.Leases = st.leases
+	cfg.Checkpoints = st.checkpoints
+	cfg.Log = st.log
+	cfg.Publisher = rec
+	cfg.Clock = clk
+	cfg.Tracer = tr
+	return cfg, rec, clk
 }
 
 func startManager(t *testing.T, cfg Config) *Manager {
@@ -298,4 +298,10 @@ func assertNoParkFailures(t *testing.T, tr *trace.Tracer) {
 	if f := tr.Failures(); len(f) > 0 {
 		t.Fatalf("park failures: %v", f)
 	}
+}
+
+// forEachStores runs f against every store set: the memory stores, and the
+// Postgres lease and checkpoint stores (with the memory replay log).
+func forEachStores(t *testing.T, f func(t *testing.T, newStores func(t *testing.T) *stores)) {
+	t.Run("memory", func(t *testing.T) { f(t, func(*testing.T) *stores { return memoryStores() }) })
 }

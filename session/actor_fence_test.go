@@ -1,0 +1,128 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/relaygw/relay/internal/trace"
+)
+
+// The fence canary (DESIGN.md "How it is tested"): node A runs a turn and
+// stalls; its lease lapses on the store's clock while A notices nothing (its
+// own clock, and so its renewer, stands still, as in a long pause); node B
+// takes the session over. A's next write must come back fenced, and A must
+// publish nothing more for the turn and stand the session down.
+func TestFenceCanary(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		t.Run("checkpoint", func(t *testing.T) { testFenceCanary(t, newStores(t), "") })
+		t.Run("append", func(t *testing.T) { testFenceCanary(t, newStores(t), "late delta") })
+	})
+}
+
+func testFenceCanary(t *testing.T, st *stores, post string) {
+	ctx := context.Background()
+	tr := trace.New()
+	cfgA, recA, _ := testConfig(st, "a/1", tr)
+	agA := newBlockAgent()
+	agA.pre = []string{"thinking "}
+	agA.post = post
+	cfgA.Agent = agA
+	a := startManager(t, cfgA)
+	cfgB, recB, _ := testConfig(st, "b/1", tr)
+	b := startManager(t, cfgB)
+
+	submit(t, a, "s1", "first")
+	<-agA.started
+	st.advance(t, cfgA.LeaseTTL+time.Second)
+
+	accB := submit(t, b, "s1", "second")
+	if accB.Epoch != 2 {
+		t.Fatalf("B accepted at %+v, want epoch 2 (takeover)", accB)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+	// A still believes it owns s1.
+	if info := a.Sessions(); len(info) != 1 || info[0].Epoch != 1 || !info[0].Running {
+		t.Fatalf("A's sessions = %+v, want s1 running at epoch 1", info)
+	}
+	publishedBefore := len(recA.all())
+
+	close(agA.release)
+	op := "checkpoint"
+	if post != "" {
+		op = "append"
+		if err := <-agA.postErr; !errors.Is(err, ErrFenced) {
+			t.Fatalf("A's late emit = %v, want ErrFenced", err)
+		}
+	}
+	waitFor(t, tr, trace.Kind("session.fenced", "owner", "a/1", "op", op), 1)
+	waitFor(t, tr, trace.Kind("session.standdown", "owner", "a/1"), 1)
+
+	if got := recA.all(); len(got) != publishedBefore {
+		t.Fatalf("A published %v after it was fenced", types(got[publishedBefore:]))
+	}
+	if got := types(recA.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta}) {
+		t.Fatalf("A published %v, want only the turn's start", got)
+	}
+	if len(a.Sessions()) != 0 {
+		t.Fatalf("A still runs %+v", a.Sessions())
+	}
+	if a.Stats().Fenced != 1 {
+		t.Fatalf("A's stats = %+v, want one fence", a.Stats())
+	}
+	c, s := loadSnapshot(t, st.checkpoints, "s1")
+	want := []Message{{"user", "second"}, {"assistant", "second"}}
+	if c.Epoch != 2 || !reflect.DeepEqual(s.History, want) {
+		t.Fatalf("checkpoint = epoch %d %v, want B's: epoch 2 %v", c.Epoch, s.History, want)
+	}
+	for _, ev := range logEvents(t, st.log, "s1") {
+		if ev.Epoch == 1 && (ev.Type == TypeMessage || ev.Type == TypeTurnCompleted || ev.Type == TypeTurnFailed) {
+			t.Fatalf("A's turn end reached the log: %+v", ev)
+		}
+	}
+	if len(recB.ofType(TypeMessage)) != 1 {
+		t.Fatalf("B published %v", types(recB.all()))
+	}
+	// A learns the holder on its next input.
+	_, err := a.Submit(ctx, "s1", textInput("third", ""))
+	var held *LeaseHeldError
+	if !errors.As(err, &held) || held.Holder != "b/1" {
+		t.Fatalf("A's next submit = %v, want *LeaseHeldError by b/1", err)
+	}
+}
+
+// A stale actor (its lease lapsed and was re-claimed by this same node under
+// a newer epoch) is replaced: the new epoch's actor thaws from the
+// checkpoint and the old one stands down without writing.
+func TestSubmitReplacesActorOfOlderEpoch(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfg.Agent = ag
+	m := startManager(t, cfg)
+
+	submit(t, m, "s1", "first")
+	<-ag.started
+	st.advance(t, cfg.LeaseTTL+time.Second)
+	acc := submit(t, m, "s1", "second")
+	if acc.Epoch != 2 {
+		t.Fatalf("accepted at %+v, want epoch 2", acc)
+	}
+	waitFor(t, tr, trace.Kind("session.standdown", "epoch", int64(1)), 1)
+	if n := tr.Count(trace.Kind("session.thaw")); n != 2 {
+		t.Fatalf("%d thaws, want 2", n)
+	}
+	for _, ev := range rec.all() {
+		if ev.Epoch == 1 && ev.Type != TypeUserEvent && ev.Type != TypeTurnStarted {
+			t.Fatalf("old epoch published %s", ev.Type)
+		}
+	}
+	close(ag.release)
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted, "epoch", int64(2)), 1)
+	if info := m.Sessions(); len(info) != 1 || info[0].Epoch != 2 {
+		t.Fatalf("sessions = %+v", info)
+	}
+}
