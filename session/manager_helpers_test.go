@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -304,4 +305,23 @@ func assertNoParkFailures(t *testing.T, tr *trace.Tracer) {
 // Postgres lease and checkpoint stores (with the memory replay log).
 func forEachStores(t *testing.T, f func(t *testing.T, newStores func(t *testing.T) *stores)) {
 	t.Run("memory", func(t *testing.T) { f(t, func(*testing.T) *stores { return memoryStores() }) })
+	t.Run("postgres", func(t *testing.T) { f(t, postgresStores) })
+}
+
+// postgresStores returns the Postgres lease and checkpoint stores on a fresh
+// schema, with a memory replay log. Store time passes by moving expires_at
+// into the past (the database clock itself cannot be moved).
+func postgresStores(t *testing.T) *stores {
+	pool := testenv.Postgres(t)
+	return &stores{
+		leases:      NewPostgresLeaseStore(pool),
+		checkpoints: NewPostgresCheckpointStore(pool),
+		log:         NewMemoryReplayLog(10_000, 0),
+		advance: func(t *testing.T, d time.Duration) {
+			t.Helper()
+			if _, err := pool.Exec(context.Background(), "UPDATE agent_leases SET expires_at = expires_at - $1::interval", d); err != nil {
+				t.Fatalf("advance lease time by %v: %v", d, err)
+			}
+		},
+	}
 }
