@@ -19,8 +19,7 @@ import (
 // prefix: expires_at moves d into the past, so the database clock sees the
 // leases d closer to (or further past) expiry. Tests use it instead of
 // sleeping.
-func shiftLeases(tb testing.TB, pool *pgxpool.Pool, prefix string, d time.Duration) {
-	tb.Helper()
+func shiftLeases(tb interface{ Fatalf(string, ...any) }, pool *pgxpool.Pool, prefix string, d time.Duration) {
 	_, err := pool.Exec(context.Background(),
 		"UPDATE agent_leases SET expires_at = expires_at - $1::interval WHERE starts_with(agent_key, $2)", d, prefix)
 	if err != nil {
