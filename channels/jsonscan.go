@@ -234,8 +234,10 @@ func (s *scanner) stringValue(what string) (string, error) {
 	return unquote(tok, esc)
 }
 
+// unquote returns the value of a JSON string token. Invalid UTF-8 becomes
+// U+FFFD per byte, as encoding/json does.
 func unquote(tok []byte, escaped bool) (string, error) {
-	if !escaped {
+	if !escaped && utf8.Valid(tok) {
 		return string(tok[1 : len(tok)-1]), nil
 	}
 	var v string

@@ -43,8 +43,8 @@ func SerializerFor(vsn string) (Serializer, error) {
 	if vsn == "" {
 		return V1, nil
 	}
-	major, rest, _ := strings.Cut(vsn, ".")
-	if rest != "" && !validVersionTail(rest) {
+	major, rest, dotted := strings.Cut(vsn, ".")
+	if dotted && !validVersionTail(rest) {
 		return nil, fmt.Errorf("vsn %q: %w", vsn, ErrUnsupportedVersion)
 	}
 	switch major {
