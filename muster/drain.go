@@ -1,0 +1,118 @@
+package muster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// drainState tracks one Drain.
+type drainState struct {
+	mu      sync.Mutex
+	unacked map[string]bool
+	reply   chan error
+	done    bool
+	settle  *time.Timer
+	s       *Scope
+	mbox    chan any
+}
+
+func (d *drainState) acked(node string) {
+	d.mu.Lock()
+	delete(d.unacked, node)
+	start := len(d.unacked) == 0 && d.settle == nil && !d.done
+	if start {
+		d.settle = time.AfterFunc(d.s.cfg.DrainSettle, func() { d.s.postAsync(d.mbox, &settled{}) })
+	}
+	d.mu.Unlock()
+}
+
+func (d *drainState) pending() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]string, 0, len(d.unacked))
+	for n := range d.unacked {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (d *drainState) finish(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return
+	}
+	d.done = true
+	if d.settle != nil {
+		d.settle.Stop()
+	}
+	d.reply <- err
+}
+
+// Drain hands this node's router role back before it exits: joins are
+// refused (ErrDraining), every outbound self-assertion stops (heartbeats,
+// discovery) while inbound RPCs are still served, a leaving message goes to
+// every peer, and each peer departs this node (moving its groups to new
+// routers) and acknowledges. Once all acknowledged, Drain waits DrainSettle
+// so broadcasts already routed here still fan out, then returns nil. If ctx
+// ends first it returns a *DrainError (ErrDrainTimeout) naming the peers that
+// did not acknowledge. Drain is terminal: a drained scope should be closed.
+func (s *Scope) Drain(ctx context.Context) error {
+	if err := s.usable(); err != nil {
+		return fmt.Errorf("muster: drain: %w", err)
+	}
+	s.draining.Store(true)
+	req := &drainReq{reply: make(chan error, 1)}
+	if err := s.post(ctx, s.coord.mbox, req); err != nil {
+		return fmt.Errorf("muster: drain: %w", err)
+	}
+	select {
+	case err := <-req.reply:
+		if err != nil {
+			return fmt.Errorf("muster: drain: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		d := s.coord.drainSnapshot()
+		if d == nil {
+			return fmt.Errorf("muster: drain: %w", ctx.Err())
+		}
+		return &DrainError{Unacked: d}
+	case <-s.closing:
+		return fmt.Errorf("muster: drain: %w", ErrClosed)
+	}
+}
+
+func (c *coordinator) startDrain(reply chan error) {
+	s := c.s
+	if c.drain != nil {
+		reply <- fmt.Errorf("drain already in progress")
+		return
+	}
+	s.draining.Store(true)
+	c.leaving = true
+	d := &drainState{unacked: map[string]bool{}, reply: reply, s: s, mbox: c.mbox}
+	for n := range c.peers {
+		d.unacked[n] = true
+	}
+	c.drainMu.Lock()
+	c.drain = d
+	c.drainMu.Unlock()
+	s.tr.Emit("muster_drain_start", "scope", s.name, "node", s.self, "peers", len(d.unacked))
+	s.broadcast(&wireMsg{Kind: kindLeaving, Inc: s.inc.Load()})
+	d.acked("") // starts the settle timer when there is nobody to wait for
+}
+
+func (c *coordinator) drainSnapshot() []string {
+	c.drainMu.Lock()
+	d := c.drain
+	c.drainMu.Unlock()
+	if d == nil {
+		return nil
+	}
+	return d.pending()
+}

@@ -1,0 +1,83 @@
+package muster
+
+import "time"
+
+// Test seams for the external test package (which can import memnet).
+
+// EnableHooks turns on crash injection.
+func (s *Scope) EnableHooks() { s.hooks = &testHooks{crashes: map[string]int{}} }
+
+// ArmCrash makes the next n passes through point panic.
+func (s *Scope) ArmCrash(point string, n int) {
+	s.hooks.mu.Lock()
+	s.hooks.crashes[point] += n
+	s.hooks.mu.Unlock()
+}
+
+// ForceDown makes the failure detector treat node as silent now.
+func (s *Scope) ForceDown(node string) {
+	s.live.forget(node)
+	s.postAsync(s.coord.mbox, &tickReq{"fd"})
+}
+
+// FlushAll triggers every shard's vacant flush.
+func (s *Scope) FlushAll() {
+	for _, sh := range s.shards {
+		s.postAsync(sh.mbox, &flushReq{})
+	}
+}
+
+// Tick runs a coordinator timer now: "heartbeat", "gc", "fd" or "ae".
+func (s *Scope) Tick(which string) { s.postAsync(s.coord.mbox, &tickReq{which}) }
+
+// Promote fires the singleton promotion timer now.
+func (s *Scope) Promote() { s.postAsync(s.coord.mbox, &promote{s.inc.Load()}) }
+
+// ResetCoordinator restarts the coordinator as a crash would.
+func (s *Scope) ResetCoordinator() { s.postAsync(s.coord.mbox, &resetReq{"test"}) }
+
+// CrashShard panics the shard owning group.
+func (s *Scope) CrashShard(group string) { s.postAsync(s.shardFor(group).mbox, &crashReq{}) }
+
+// GroupState returns group's claim state name.
+func (s *Scope) GroupState(g string) string { return s.shardFor(g).state(g).st.String() }
+
+// ExpireCooldown fires group's cooldown timer now (no-op unless cooling).
+func (s *Scope) ExpireCooldown(g string) {
+	sh := s.shardFor(g)
+	done := make(chan struct{})
+	s.postAsync(sh.mbox, &inspectReq{f: func() {
+		if tok, ok := sh.cdToken[g]; ok {
+			sh.cooldownExpired(&cooldownExpired{group: g, token: tok})
+		}
+		close(done)
+	}})
+	<-done
+}
+
+// Row returns the raw occupancy row for {group, source}.
+func (s *Scope) Row(g, source string) (seq Seq, tomb bool, ok bool) {
+	r, ok := s.occ.row(g, source)
+	return r.Seq, r.Tomb, ok
+}
+
+// WriteOccupied and WriteVacant call the router-side entry points directly,
+// as a remote source's RPC would.
+func (s *Scope) WriteOccupied(g, source string, seq Seq) error {
+	_, err := s.applyOccupied(source, &wireMsg{Kind: kindOccupied, Inc: seq.Inc, Group: g, Seq: seq})
+	return err
+}
+
+func (s *Scope) WriteVacant(groups []string, source string, seq Seq) error {
+	_, err := s.applyVacant(source, &wireMsg{Kind: kindVacant, Inc: seq.Inc, Groups: groups, Seq: seq})
+	return err
+}
+
+// Owed lists the routers this node owes a snapshot.
+func (s *Scope) Owed() []string { return s.Dump().Owed }
+
+// Reap reaps tombstones older than d.
+func (s *Scope) Reap(d time.Duration) int { return s.occ.reap(time.Now().Add(-d)) }
+
+// ForgetLiveness drops node from the failure detector's table.
+func (s *Scope) ForgetLiveness(node string) { s.live.forget(node) }

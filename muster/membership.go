@@ -1,0 +1,223 @@
+package muster
+
+import (
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// discoverMsg builds a discover (or discover-ack) to node to. The view and
+// watermark piggyback is withheld (nil) while a prepare round is open and
+// when we owe to a snapshot: handing an owed node our view before its data
+// lands would let it count us as agreeing too early.
+func (c *coordinator) discoverMsg(kind, to string) *wireMsg {
+	m := &wireMsg{Kind: kind, Inc: c.s.inc.Load()}
+	_, owed := c.owed[to]
+	if c.pending == nil && !owed {
+		h, wm := c.hash, c.viewSeq
+		m.View, m.WM = &h, &wm
+	}
+	return m
+}
+
+func (c *coordinator) sendDiscover(to string) {
+	if c.leaving {
+		return
+	}
+	c.s.send(to, c.discoverMsg(kindDiscover, to))
+}
+
+func (c *coordinator) sendExpelled(id NodeID) {
+	c.s.send(id.Name, &wireMsg{Kind: kindExpelled, Inc: c.s.inc.Load(), Target: id.Inc})
+}
+
+// admit checks a peer message's incarnation. It departs an older registered
+// incarnation when a newer one shows up (a new incarnation is the old one's
+// departure plus a join) and answers a departed incarnation with expelled.
+func (c *coordinator) admit(from string, inc uint64) bool {
+	switch c.s.occ.admit(from, inc) {
+	case admitDeparted:
+		c.sendExpelled(NodeID{from, inc})
+		return false
+	case admitStale:
+		return false
+	}
+	if old, ok := c.peers[from]; ok && old < inc {
+		c.depart(NodeID{from, old}, "new incarnation")
+	}
+	return true
+}
+
+// onNodeSeen is the nodeup counterpart: a node incarnation we never heard
+// before. Offer it discovery.
+func (c *coordinator) onNodeSeen(id NodeID) {
+	if id.Name == c.s.self || !c.admit(id.Name, id.Inc) {
+		return
+	}
+	if _, ok := c.peers[id.Name]; !ok {
+		c.sendDiscover(id.Name)
+	}
+}
+
+func (c *coordinator) onInbound(from string, m *wireMsg) {
+	s := c.s
+	if m.Kind == kindExpelled {
+		if m.Target == s.inc.Load() && !c.leaving {
+			c.reset("expelled by " + from)
+		}
+		return
+	}
+	if !c.admit(from, m.Inc) {
+		return
+	}
+	switch m.Kind {
+	case kindDiscover, kindDiscoverOK:
+		if c.leaving {
+			return
+		}
+		if _, ok := c.peers[from]; !ok {
+			c.register(NodeID{from, m.Inc})
+		}
+		if m.View != nil && m.WM != nil {
+			c.noteView(from, m.Inc, *m.View, *m.WM, false)
+		}
+		c.recomputeMembers()
+		if m.Kind == kindDiscover {
+			s.send(from, c.discoverMsg(kindDiscoverOK, from))
+		}
+		c.recomputeStatus()
+	case kindMarker:
+		s.tr.Emit("muster_rebalance_marker", "scope", s.name, "node", s.self, "source", from, "view_hash", *m.View, "seq", m.Seq)
+		if c.noteView(from, m.Inc, *m.View, m.Seq, false) {
+			c.recomputeStatus()
+		}
+	case kindLeaving:
+		c.depart(NodeID{from, m.Inc}, "leaving")
+		s.send(from, &wireMsg{Kind: kindLeaveOK, Inc: s.inc.Load()})
+	case kindLeaveOK:
+		if c.drain != nil {
+			c.drain.acked(from)
+		}
+	}
+}
+
+func (c *coordinator) register(id NodeID) {
+	s := c.s
+	c.peers[id.Name] = id.Inc
+	s.met.PeerUp(id.Name)
+	s.tr.Emit("muster_peer_registered", "scope", s.name, "node", s.self, "peer", id.Name, "inc", id.Inc)
+	s.log.Info("muster: node up", zap.String("peer", id.Name), zap.Uint64("incarnation", id.Inc))
+}
+
+// depart is the departure cleanup, scoped to the departed incarnation: its
+// occupancy rows, view entry and owed round go, later writes from it are
+// refused, and the view shrinks at once.
+func (c *coordinator) depart(id NodeID, reason string) {
+	s := c.s
+	if inc, ok := c.peers[id.Name]; ok && inc <= id.Inc {
+		delete(c.peers, id.Name)
+	}
+	if v, ok := c.views[id.Name]; ok && v.Inc <= id.Inc {
+		delete(c.views, id.Name)
+	}
+	delete(c.owed, id.Name)
+	rows := s.occ.departed(id.Name, id.Inc)
+	if c.drain != nil {
+		c.drain.acked(id.Name)
+	}
+	if reason != "leaving" && reason != "new incarnation" {
+		c.sendExpelled(id)
+	}
+	s.met.PeerDown(id.Name)
+	s.tr.Emit("muster_peer_down", "scope", s.name, "node", s.self, "peer", id.Name, "inc", id.Inc, "reason", reason, "rows", rows)
+	s.log.Info("muster: peer down", zap.String("peer", id.Name), zap.Uint64("incarnation", id.Inc), zap.String("reason", reason), zap.Int("rows", rows))
+	c.recomputeMembers()
+}
+
+// target is the member list implied by the registered peers.
+func (c *coordinator) target() []NodeID {
+	t := []NodeID{{c.s.self, c.s.inc.Load()}}
+	for n, inc := range c.peers {
+		t = append(t, NodeID{n, inc})
+	}
+	return sortedMembers(t)
+}
+
+// recomputeMembers starts the membership change the peers imply: nothing if
+// unchanged (cancelling an open round), an immediate rebalance for a pure
+// shrink, a prepare round for any growth.
+func (c *coordinator) recomputeMembers() {
+	t := c.target()
+	if slices.Equal(t, c.members) {
+		if c.pending != nil {
+			c.cancelRound()
+		}
+		return
+	}
+	if c.pending != nil && slices.Equal(t, c.pending.target) {
+		return
+	}
+	grows := false
+	for _, m := range t {
+		if !slices.Contains(c.members, m) {
+			grows = true
+			break
+		}
+	}
+	if !grows {
+		c.pending = nil
+		c.rebalance(t)
+		return
+	}
+	c.beginRound(t)
+}
+
+// heartbeat re-announces our view to every member we do not owe a snapshot
+// (skipped during a prepare round or a drain) and re-offers discovery to
+// every live node that is not a member.
+func (c *coordinator) heartbeat() {
+	s := c.s
+	if c.leaving {
+		if c.drain != nil {
+			for n := range c.drain.unacked {
+				s.send(n, &wireMsg{Kind: kindLeaving, Inc: s.inc.Load()})
+			}
+		}
+		return
+	}
+	if c.pending == nil {
+		c.announce(nil)
+	}
+	cutoff := time.Now().Add(-s.cfg.PeerDownAfter)
+	for _, id := range s.live.alive(cutoff) {
+		if id.Name == s.self {
+			continue
+		}
+		if _, ok := c.peers[id.Name]; ok {
+			continue
+		}
+		if s.occ.admit(id.Name, id.Inc) == admitDeparted {
+			c.sendExpelled(id)
+			continue
+		}
+		c.sendDiscover(id.Name)
+		s.tr.Emit("muster_rediscover", "scope", s.name, "node", s.self, "target", id.Name)
+	}
+}
+
+// announce sends a bare marker with our committed view and watermark to
+// every member except self, skip, and every node we owe a snapshot.
+func (c *coordinator) announce(skip map[string]bool) {
+	s := c.s
+	h, wm := c.hash, c.viewSeq
+	for _, m := range c.members {
+		if m.Name == s.self || skip[m.Name] {
+			continue
+		}
+		if _, owed := c.owed[m.Name]; owed {
+			continue
+		}
+		s.send(m.Name, &wireMsg{Kind: kindMarker, Inc: s.inc.Load(), View: &h, Seq: wm})
+	}
+}

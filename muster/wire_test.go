@@ -1,0 +1,49 @@
+package muster
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestWireRoundTrip(t *testing.T) {
+	v := uint64(42)
+	wm := Seq{3, 4}
+	in := &wireMsg{Kind: kindRound, Inc: 7, Groups: []string{"a", "b"}, Seq: Seq{7, 9}, View: &v, WM: &wm, Full: true}
+	out, err := decode(encode(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Kind != in.Kind || out.Inc != 7 || len(out.Groups) != 2 || out.Seq != in.Seq || *out.View != 42 || *out.WM != wm || !out.Full {
+		t.Fatalf("round trip changed the message: %+v", out)
+	}
+}
+
+func TestWireRejects(t *testing.T) {
+	for _, s := range []string{``, `{}`, `{"k":"nope","i":1}`, `{"k":"ping"}`, `{"k":"mark","i":1}`, `{"k":"ping","i":1,"s":[1]}`, `[1,2]`} {
+		if _, err := decode([]byte(s)); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("decode(%q) = %v, want ErrBadMessage", s, err)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"k":"occ","i":1,"g":"x","s":[1,2]}`))
+	f.Add([]byte(`{"k":"round","i":1,"gs":["a"],"s":[1,2],"v":3,"full":true}`))
+	f.Add([]byte(`{"k":"mark","i":5,"s":[5,1],"v":9}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadMessage) {
+				t.Fatalf("error %v does not wrap ErrBadMessage", err)
+			}
+			return
+		}
+		again, err := decode(encode(m))
+		if err != nil {
+			t.Fatalf("re-decode of a valid message failed: %v", err)
+		}
+		if again.Kind != m.Kind || again.Inc != m.Inc || again.Seq != m.Seq || again.Group != m.Group {
+			t.Fatalf("re-decode changed message: %+v vs %+v", again, m)
+		}
+	})
+}
