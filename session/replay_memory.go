@@ -43,11 +43,11 @@ type memoryStream struct {
 var _ ReplayLog = (*MemoryReplayLog)(nil)
 
 // NewMemoryReplayLog returns an in-memory replay log keeping at most maxLen
-// events per session (maxLen < 1 means 1) for ttl after each session's last
-// append (ttl <= 0: no expiry).
+// events per session (maxLen < 1 means DefaultReplayMaxLen) for ttl after
+// each session's last append (ttl <= 0: no expiry).
 func NewMemoryReplayLog(maxLen int, ttl time.Duration, opts ...MemoryOption) *MemoryReplayLog {
 	if maxLen < 1 {
-		maxLen = 1
+		maxLen = DefaultReplayMaxLen
 	}
 	o := newMemoryOptions(opts)
 	return &MemoryReplayLog{maxLen: maxLen, ttl: ttl, now: o.now, logs: make(map[string]*memoryStream)}
