@@ -1,0 +1,126 @@
+// Command gateway runs one relay node: the Phoenix socket endpoint, the event
+// API and the admin routes. Configuration comes from flags and environment
+// variables (see the README's configuration table or `gateway --help`).
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/relaygw/relay/gateway"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+func main() {
+	cfg := gateway.DefaultConfig()
+	kong.Parse(&cfg, kong.Name("gateway"), kong.Description("Relay: a realtime gateway for conversational agents."))
+	if err := run(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "gateway:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cfg gateway.Config) error {
+	log, err := newLogger(cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+
+	dev := cfg.JWTSecret == ""
+	if dev {
+		cfg.JWTSecret = randomHex(32)
+		if cfg.AdminToken == "" {
+			cfg.AdminToken = randomHex(16)
+		}
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	node, err := gateway.New(ctx, cfg, gateway.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.String("mode", node.Mode()), zap.String("owner", node.Owner()))
+	if dev {
+		tok, err := node.Auth().Mint("dev", []string{"*"}, 30*24*time.Hour)
+		if err != nil {
+			return err
+		}
+		log.Warn("development mode: JWT_SECRET not set, using a random secret",
+			zap.String("open", fmt.Sprintf("http://%s/#token=%s", browseAddr(ln.Addr()), tok)),
+			zap.String("api_token", tok),
+			zap.String("admin_token", cfg.AdminToken))
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	stop()
+	log.Info("shutting down: draining", zap.Duration("window", cfg.DrainWindow))
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainWindow)
+	defer cancel()
+	if err := node.Drain(dctx); err != nil {
+		log.Warn("drain incomplete", zap.Error(err))
+	}
+	if err := srv.Shutdown(dctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("http shutdown", zap.Error(err))
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func newLogger(level string) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	zc.Sampling = nil
+	zc.EncoderConfig.TimeKey = "ts"
+	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	return zc.Build()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// browseAddr turns a listen address into one a browser can open.
+func browseAddr(a net.Addr) string {
+	host, port, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}

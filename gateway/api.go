@@ -1,0 +1,119 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/relaygw/relay/session"
+)
+
+// acceptedBody is the 202 response of an event POST and the ok reply of a
+// channel "message" push: {"session":id,"epoch":E,"seq":S,"duplicate":bool}.
+type acceptedBody struct {
+	Session   string `json:"session"`
+	Epoch     int64  `json:"epoch"`
+	Seq       int64  `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// DecodeInput parses an event body: {"type":…, "data":{…}, "idempotency_key":…}.
+// type defaults to "message"; data must be a JSON object when present. It is
+// the one parser of outside event input (HTTP bodies and channel pushes).
+// Errors are *apiError values with code invalid_body.
+func DecodeInput(body []byte) (session.Input, error) {
+	var in session.Input
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "body must be a JSON object {type, data, idempotency_key}: "+err.Error())
+	}
+	if dec.More() {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "body must hold exactly one JSON object")
+	}
+	if in.Type == "" {
+		in.Type = "message"
+	}
+	if len(in.Type) > 64 {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "type must be at most 64 characters")
+	}
+	if len(in.IdempotencyKey) > 256 {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "idempotency_key must be at most 256 characters")
+	}
+	if t := bytes.TrimSpace(in.Data); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		in.Data = json.RawMessage(`{}`)
+	} else if t[0] != '{' {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "data must be a JSON object")
+	}
+	return in, nil
+}
+
+// handlePostEvent serves POST /api/sessions/{id}/events.
+func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if !session.ValidID(id) {
+		writeError(w, classify(session.ErrInvalidID, n.cfg.LeaseTTL))
+		return
+	}
+	if !callerFrom(r.Context()).allows(id) {
+		writeError(w, errorf(http.StatusForbidden, CodeForbidden, "the token does not allow this session"))
+		return
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			writeError(w, errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json"))
+			return
+		}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "body is larger than the configured maximum"))
+			return
+		}
+		writeError(w, errorf(http.StatusBadRequest, CodeInvalidBody, "could not read body"))
+		return
+	}
+	in, err := DecodeInput(body)
+	if err != nil {
+		writeError(w, classify(err, n.cfg.LeaseTTL))
+		return
+	}
+	acc, aerr := n.submit(r.Context(), id, in)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, acc)
+}
+
+// sessionBody is the GET /api/sessions/{id} response.
+type sessionBody struct {
+	Session string            `json:"session"`
+	Epoch   int64             `json:"epoch"`
+	Seq     int64             `json:"seq"`
+	History []session.Message `json:"history"`
+	Node    string            `json:"node"`
+	Owner   string            `json:"owner"`
+}
+
+// handleGetSession serves GET /api/sessions/{id}. It is a view: store reads use
+// a short timeout and fall back to an empty state rather than fail.
+func (n *Node) handleGetSession(w http.ResponseWriter, r *http.Request) {
+	id := chi.URLParam(r, "id")
+	if !session.ValidID(id) {
+		writeError(w, classify(session.ErrInvalidID, n.cfg.LeaseTTL))
+		return
+	}
+	if !callerFrom(r.Context()).allows(id) {
+		writeError(w, errorf(http.StatusForbidden, CodeForbidden, "the token does not allow this session"))
+		return
+	}
+	st, owner := n.view(r.Context(), id)
+	writeJSON(w, http.StatusOK, sessionBody{Session: id, Epoch: st.Epoch, Seq: st.Seq, History: st.History, Node: n.name, Owner: owner})
+}

@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/relaygw/relay/channels"
+	"github.com/relaygw/relay/session"
+	"go.uber.org/zap"
+)
+
+// joinTimeout bounds the replay read of a join: a lost read blanks a view for a
+// moment (recovered:false) and never blocks the socket for long.
+const joinTimeout = 2 * time.Second
+
+// sessionChannel handles "session:<id>" topics (DESIGN.md "Join (observe)").
+type sessionChannel struct{ n *Node }
+
+var _ channels.Handler = sessionChannel{}
+
+// joinParams is the phx_join payload: {"last_event":{"epoch":E,"seq":S}}.
+type joinParams struct {
+	LastEvent *session.Position `json:"last_event"`
+}
+
+// joinReply is the ok reply of a session join.
+type joinReply struct {
+	Epoch     int64  `json:"epoch"`
+	Seq       int64  `json:"seq"`
+	Replayed  int    `json:"replayed"`
+	Recovered bool   `json:"recovered"`
+	Reason    string `json:"reason,omitempty"` // why recovered is false
+	Node      string `json:"node"`
+	Owner     string `json:"owner,omitempty"`
+}
+
+func replyErr(code, msg string) *channels.ReplyError {
+	return &channels.ReplyError{Reason: code, Fields: map[string]any{"message": msg}}
+}
+
+func sessionID(topic string) string { return strings.TrimPrefix(topic, "session:") }
+
+// Join authorizes the topic, subscribes the channel, then replays from the
+// log. Live events that arrive while the join runs are held by the channel and
+// dropped when at or before the last replayed position, so the seam has no
+// gap and no duplicate.
+func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload json.RawMessage) (channels.JoinResult, error) {
+	n := h.n
+	id := sessionID(ch.Topic())
+	if !session.ValidID(id) {
+		return channels.JoinResult{}, replyErr(CodeInvalidSessionID, "session id must be 1-128 characters of [A-Za-z0-9_.:-]")
+	}
+	claims, _ := ch.Socket().Assigns().(*Claims)
+	if claims == nil || !claims.Allows(id) {
+		return channels.JoinResult{}, replyErr(CodeUnauthorized, "the token does not allow this session")
+	}
+	if n.draining.Load() {
+		return channels.JoinResult{}, replyErr(CodeDraining, "this node is draining; reconnect to another node")
+	}
+	var p joinParams
+	if t := bytes.TrimSpace(payload); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
+		if err := json.Unmarshal(t, &p); err != nil {
+			return channels.JoinResult{}, replyErr(CodeInvalidBody, "join payload must be {\"last_event\":{\"epoch\":E,\"seq\":S}}")
+		}
+	}
+
+	ch.Subscribe()
+
+	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	reply := joinReply{Node: n.name, Recovered: true}
+	var res channels.JoinResult
+	if p.LastEvent == nil {
+		st, owner := n.view(ctx, id)
+		reply.Epoch, reply.Seq, reply.Owner = st.Epoch, st.Seq, owner
+		res.Response = reply
+		return res, nil
+	}
+	last := *p.LastEvent
+	events, complete, err := n.replay.Since(ctx, id, last, int(n.cfg.ReplayMaxLen))
+	switch {
+	case err != nil:
+		n.log.Warn("replay read failed", zap.String("session", id), zap.Error(err))
+		n.metrics.replayErrors.Inc()
+		reply.Recovered, reply.Reason = false, "replay_unavailable"
+	case !complete:
+		reply.Recovered, reply.Reason = false, "replay_truncated"
+	}
+	for _, ev := range events {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			continue
+		}
+		res.Then = append(res.Then, channels.Push{Event: ev.Type, Payload: b})
+		last = ev.Pos()
+	}
+	n.metrics.replayed.Add(float64(len(events)))
+	reply.Epoch, reply.Seq, reply.Replayed = last.Epoch, last.Seq, len(events)
+	_, reply.Owner = n.owner(ctx, id)
+	res.Response = reply
+	cutoff := last
+	res.Skip = func(b *channels.Broadcast) bool {
+		pos, ok := b.Meta.(session.Position)
+		return ok && !cutoff.Less(pos)
+	}
+	return res, nil
+}
+
+// HandleIn takes a "message" push down the same path as an event POST.
+func (h sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, event string, payload json.RawMessage) (any, error) {
+	if event != "message" {
+		return nil, replyErr("unknown_event", "session channels accept only \"message\" pushes")
+	}
+	id := sessionID(ch.Topic())
+	in, err := DecodeInput(payload)
+	if err != nil {
+		ae := classify(err, h.n.cfg.LeaseTTL)
+		return nil, replyErr(ae.Code, ae.Message)
+	}
+	acc, ae := h.n.submit(ctx, id, in)
+	if ae != nil {
+		re := replyErr(ae.Code, ae.Message)
+		if ae.Retry != nil {
+			// DESIGN.md: {"reason":"retry","retry":{"after_ms":N,"budget_ms":M}}.
+			re = &channels.ReplyError{Reason: "retry", Fields: map[string]any{"retry": ae.Retry, "error": ae.Code, "message": ae.Message}}
+		}
+		return nil, re
+	}
+	return acc, nil
+}
+
+// Terminate needs no work: the hub drops the channel's subscription itself.
+func (sessionChannel) Terminate(*channels.Channel, channels.CloseReason) {}

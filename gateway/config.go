@@ -1,0 +1,47 @@
+package gateway
+
+import "time"
+
+// Config is the whole configuration of a gateway node. The struct tags feed
+// the command line (cmd/gateway parses flags and environment with kong); every
+// field is listed in the README's configuration table. Zero values are
+// replaced by the defaults shown in the tags when a Config is built with
+// DefaultConfig.
+type Config struct {
+	Addr     string `name:"addr" env:"ADDR" default:":4000" help:"HTTP listen address."`
+	NodeName string `name:"node-name" env:"NODE_NAME" help:"Node name in the cluster (default: hostname)."`
+	LogLevel string `name:"log-level" env:"LOG_LEVEL" default:"info" enum:"debug,info,warn,error" help:"Log level."`
+
+	JWTSecret      string   `name:"jwt-secret" env:"JWT_SECRET" help:"HS256 secret for socket and API tokens. Empty: a random one is generated and a development token is printed."`
+	APIKeys        []string `name:"api-keys" env:"API_KEYS" help:"Comma-separated API keys for backend event POSTs."`
+	AdminToken     string   `name:"admin-token" env:"ADMIN_TOKEN" help:"Bearer token for /admin routes. Empty: admin routes are refused (a random one is printed in development mode)."`
+	AllowedOrigins []string `name:"allowed-origins" env:"ALLOWED_ORIGINS" help:"Origin host patterns allowed to open sockets (e.g. example.com,*.example.com). Same-host and no-Origin requests are always allowed."`
+
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"Postgres URL: lease and checkpoint stores. Empty: in-memory."`
+	RedisURL    string `name:"redis-url" env:"REDIS_URL" help:"Redis URL: replay log. Empty: in-memory."`
+	NATSURL     string `name:"nats-url" env:"NATS_URL" help:"NATS URL: cluster mode (Muster-routed PubSub, forwarding). Empty: single node."`
+	Cluster     string `name:"cluster" env:"CLUSTER" default:"relay" help:"Cluster name; prefixes NATS subjects and Redis keys."`
+
+	LeaseTTL         time.Duration `name:"lease-ttl" env:"LEASE_TTL" default:"15s" help:"Session lease time to live."`
+	LeaseRenew       time.Duration `name:"lease-renew" env:"LEASE_RENEW" default:"5s" help:"Lease heartbeat interval."`
+	SessionIdle      time.Duration `name:"session-idle" env:"SESSION_IDLE" default:"60s" help:"Hibernate a session after this long without events."`
+	EchoDelay        time.Duration `name:"echo-delay" env:"ECHO_DELAY" default:"150ms" help:"Delay between words streamed by the built-in echo agent."`
+	HeartbeatTimeout time.Duration `name:"heartbeat-timeout" env:"HEARTBEAT_TIMEOUT" default:"60s" help:"Close a socket that sends nothing for this long."`
+	MaxFrameBytes    int64         `name:"max-frame-bytes" env:"MAX_FRAME_BYTES" default:"65536" help:"Largest WebSocket frame accepted; larger closes the socket with 1009."`
+	MaxBodyBytes     int64         `name:"max-body-bytes" env:"MAX_BODY_BYTES" default:"65536" help:"Largest HTTP event body accepted (413 above)."`
+	SocketQueue      int           `name:"socket-queue" env:"SOCKET_QUEUE" default:"1024" help:"Outbound frames queued per socket before it is cut as a slow consumer."`
+	ReplayMaxLen     int64         `name:"replay-max-len" env:"REPLAY_MAX_LEN" default:"1000" help:"Events kept per session in the replay log."`
+	ReplayTTL        time.Duration `name:"replay-ttl" env:"REPLAY_TTL" default:"24h" help:"Replay log expiry after the last append."`
+	DrainWindow      time.Duration `name:"drain-window" env:"DRAIN_WINDOW" default:"30s" help:"Time a draining node has to hand back sessions and close sockets."`
+}
+
+// DefaultConfig returns the defaults of DESIGN.md "Defaults".
+func DefaultConfig() Config {
+	return Config{
+		Addr: ":4000", LogLevel: "info", Cluster: "relay",
+		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second,
+		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second,
+		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
+		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
+	}
+}

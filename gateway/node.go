@@ -1,0 +1,229 @@
+// Package gateway composes the parts of a relay node: the HTTP API, the
+// Phoenix socket endpoint, session ownership and the admin routes.
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/relaygw/relay/channels"
+	"github.com/relaygw/relay/internal/trace"
+	"github.com/relaygw/relay/session"
+	"go.uber.org/zap"
+)
+
+// Node is one gateway process. Create it with New, serve Handler, and stop it
+// with Drain (hand back sessions, close sockets) and Close.
+type Node struct {
+	cfg         Config
+	name        string
+	incarnation string
+	mode        string
+	log         *zap.Logger
+	tracer      *trace.Tracer
+	auth        *Authenticator
+	metrics     *metrics
+
+	hub         *channels.Hub
+	endpoint    *channels.Endpoint
+	manager     *session.Manager
+	leases      session.LeaseStore
+	checkpoints session.CheckpointStore
+	replay      session.ReplayLog
+
+	draining  atomic.Bool
+	closeOnce sync.Once
+	closers   []func()
+}
+
+// Options are the non-configuration inputs of New.
+type Options struct {
+	Logger *zap.Logger
+	Tracer *trace.Tracer
+	Agent  session.Agent // default: the echo agent with Config.EchoDelay
+}
+
+// New builds a node from cfg. With no DATABASE_URL, REDIS_URL or NATS_URL it
+// runs the embedded default: in-memory stores, single node.
+func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
+	if cfg.JWTSecret == "" {
+		return nil, errors.New("gateway: JWT secret is required")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	name := cfg.NodeName
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	n := &Node{
+		cfg:         cfg,
+		name:        name,
+		incarnation: newIncarnation(),
+		log:         log.With(zap.String("node", name)),
+		tracer:      opts.Tracer,
+		auth:        NewAuthenticator(cfg.JWTSecret, cfg.APIKeys, cfg.AdminToken),
+		metrics:     newMetrics(),
+	}
+	if err := n.buildStores(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	agent := opts.Agent
+	if agent == nil {
+		agent = session.EchoAgent{Delay: cfg.EchoDelay}
+	}
+
+	n.hub = channels.NewHub()
+	n.manager = session.NewManager(session.Config{
+		Owner:       n.Owner(),
+		Agent:       agent,
+		Leases:      n.leases,
+		Checkpoints: n.checkpoints,
+		Log:         n.replay,
+		Publisher:   hubPublisher{hub: n.hub, m: n.metrics},
+		LeaseTTL:    cfg.LeaseTTL,
+		RenewEvery:  cfg.LeaseRenew,
+		IdleTimeout: cfg.SessionIdle,
+		Logger:      n.log,
+		Tracer:      n.tracer,
+	})
+	n.endpoint = channels.NewEndpoint(channels.EndpointConfig{
+		Hub:              n.hub,
+		Connect:          n.connect,
+		AllowedOrigins:   cfg.AllowedOrigins,
+		HeartbeatTimeout: cfg.HeartbeatTimeout,
+		MaxFrameBytes:    cfg.MaxFrameBytes,
+		QueueSize:        cfg.SocketQueue,
+		Logger:           n.log,
+	})
+	n.endpoint.Handle("session:*", sessionChannel{n: n})
+	n.metrics.registerNode(n)
+	return n, nil
+}
+
+func newIncarnation() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Name returns the node name.
+func (n *Node) Name() string { return n.name }
+
+// Owner returns this process's lease owner identity: "<node>/<incarnation>".
+// A restarted process under the same name gets a new incarnation, so it can
+// never silently extend its predecessor's lease.
+func (n *Node) Owner() string { return n.name + "/" + n.incarnation }
+
+// Mode is "embedded" (single node, in-memory stores) or "cluster".
+func (n *Node) Mode() string { return n.mode }
+
+// Auth returns the node's authenticator (used to mint the development token).
+func (n *Node) Auth() *Authenticator { return n.auth }
+
+// connect authenticates a socket: the JWT comes from the token param or the
+// authToken subprotocol. A refused socket never upgrades (HTTP 403).
+func (n *Node) connect(_ *http.Request, _ url.Values, authToken string) (any, error) {
+	if n.draining.Load() {
+		return nil, errors.New("draining")
+	}
+	claims, err := n.auth.ParseToken(authToken)
+	if err != nil {
+		n.metrics.authFailures.Inc()
+		return nil, err
+	}
+	return claims, nil
+}
+
+// submit is the one write path for events, from HTTP and from channel pushes.
+func (n *Node) submit(ctx context.Context, id string, in session.Input) (acceptedBody, *apiError) {
+	if n.draining.Load() {
+		return acceptedBody{}, classify(session.ErrDraining, n.cfg.LeaseTTL)
+	}
+	acc, err := n.manager.Submit(ctx, id, in)
+	if err != nil {
+		ae := classify(err, n.cfg.LeaseTTL)
+		if ae.Code == CodeInternal {
+			// The manager reports an undecidable lease (store unreachable) as a
+			// plain error: refuse with a retry directive, never run unfenced.
+			n.log.Warn("event refused: lease store unavailable", zap.String("session", id), zap.Error(err))
+			ae = classify(fmt.Errorf("%w: %w", errStoreUnavailable, err), n.cfg.LeaseTTL)
+		}
+		n.metrics.refused.WithLabelValues(ae.Code).Inc()
+		return acceptedBody{}, ae
+	}
+	n.metrics.accepted.Inc()
+	return acceptedBody{Session: acc.Session, Epoch: acc.Epoch, Seq: acc.Seq, Duplicate: acc.Duplicate}, nil
+}
+
+// view reads a session's state for display, with a short timeout and a safe
+// empty default; owner is the live lease holder or "".
+func (n *Node) view(ctx context.Context, id string) (session.State, string) {
+	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
+	defer cancel()
+	st, err := n.manager.State(ctx, id)
+	if err != nil {
+		n.log.Debug("session view fell back to empty", zap.String("session", id), zap.Error(err))
+		st = session.State{}
+	}
+	_, owner := n.owner(ctx, id)
+	return st, owner
+}
+
+// owner reads the live lease holder of id ("" when none or unknown).
+func (n *Node) owner(ctx context.Context, id string) (session.Lease, string) {
+	l, ok, err := n.leases.Get(ctx, id)
+	if err != nil || !ok || l.Remaining <= 0 {
+		return session.Lease{}, ""
+	}
+	return l, l.Owner
+}
+
+// Drain hands the node's work back: readiness goes false, new sockets and
+// events are refused, sessions checkpoint and release their leases (expiry
+// now, so the next claim elsewhere is immediate), then every socket is closed
+// with 1012 so clients reconnect elsewhere. It returns when done or when ctx
+// ends (DESIGN.md "Drain").
+func (n *Node) Drain(ctx context.Context) error {
+	if !n.draining.CompareAndSwap(false, true) {
+		return nil
+	}
+	n.log.Info("draining")
+	err := n.manager.Drain(ctx)
+	if serr := n.endpoint.Shutdown(ctx); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// Draining reports whether Drain has started.
+func (n *Node) Draining() bool { return n.draining.Load() }
+
+// Close stops everything and releases connections. Call Drain first for a
+// graceful stop.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		if n.endpoint != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = n.endpoint.Shutdown(ctx)
+			cancel()
+		}
+		if n.manager != nil {
+			n.manager.Close()
+		}
+		for i := len(n.closers) - 1; i >= 0; i-- {
+			n.closers[i]()
+		}
+	})
+}

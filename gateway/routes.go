@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"io/fs"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/relaygw/relay/web"
+)
+
+// Handler returns the node's HTTP routes:
+//
+//	GET  /socket/websocket            Phoenix socket (token param or authToken subprotocol)
+//	POST /api/sessions/{id}/events    post an event (API key or JWT)
+//	GET  /api/sessions/{id}           session view (API key or JWT)
+//	GET  /healthz, /readyz            liveness, readiness (false while draining)
+//	GET  /metrics                     Prometheus metrics
+//	/admin/...                        admin routes (admin token)
+//	GET  /, /ops, /assets/*           demo and ops pages
+func (n *Node) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer)
+	r.Handle("/socket/websocket", n.endpoint)
+	r.Route("/api", func(r chi.Router) {
+		r.Use(n.auth.requireAPI)
+		r.Post("/sessions/{id}/events", n.handlePostEvent)
+		r.Get("/sessions/{id}", n.handleGetSession)
+	})
+	r.Route("/admin", func(r chi.Router) {
+		r.Use(n.auth.requireAdmin)
+		r.Get("/node", n.handleAdminNode)
+		r.Get("/sessions", n.handleAdminSessions)
+		r.Post("/drain", n.handleAdminDrain)
+	})
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	r.Get("/readyz", n.handleReady)
+	r.Handle("/metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	n.mountWeb(r)
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, errorf(http.StatusNotFound, CodeNotFound, "no such route"))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		writeError(w, errorf(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route"))
+	})
+	return r
+}
+
+func (n *Node) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if n.draining.Load() {
+		writeError(w, errorf(http.StatusServiceUnavailable, CodeDraining, "draining"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// mountWeb serves the embedded demo (/) and ops (/ops) pages and the bundles
+// built into web/dist (/assets/*).
+func (n *Node) mountWeb(r chi.Router) {
+	static, _ := fs.Sub(web.FS, "static")
+	dist, _ := fs.Sub(web.FS, "dist")
+	page := func(name string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Cache-Control", "no-store")
+			http.ServeFileFS(w, r, static, name)
+		}
+	}
+	r.Get("/", page("index.html"))
+	r.Get("/ops", page("ops.html"))
+	r.Handle("/static/*", http.StripPrefix("/static/", http.FileServerFS(static)))
+	r.Handle("/assets/*", http.StripPrefix("/assets/", http.FileServerFS(dist)))
+}
