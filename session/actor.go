@@ -172,6 +172,7 @@ func (a *actor) run() {
 // actor whose turn has ended, and keeps the idle timer armed exactly while
 // the actor has nothing to do.
 func (a *actor) schedule() {
+	a.noticeDrain()
 	if a.turn == nil && len(a.pending) > 0 && !a.draining {
 		a.startTurn()
 	}
@@ -186,6 +187,20 @@ func (a *actor) schedule() {
 		a.m.tr.Emit("session.idle", "owner", a.m.cfg.Owner, "session", a.id)
 	case !idle:
 		a.stopIdle()
+	}
+}
+
+// noticeDrain marks the actor draining once Drain has begun, without
+// waiting for the run loop to pick the drain signal, so no turn starts after
+// Drain returned from announcing itself.
+func (a *actor) noticeDrain() {
+	if a.draining {
+		return
+	}
+	select {
+	case <-a.m.drainStart:
+		a.draining = true
+	default:
 	}
 }
 

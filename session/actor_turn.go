@@ -34,6 +34,7 @@ var emptyObject = json.RawMessage(`{}`)
 // idempotency key was seen: then the original position comes back as a
 // duplicate and nothing runs.
 func (a *actor) accept(req *submitReq) {
+	a.noticeDrain()
 	if a.draining {
 		req.reply <- submitReply{err: ErrDraining}
 		return
@@ -63,6 +64,7 @@ func (a *actor) accept(req *submitReq) {
 	}
 	a.keys.add(in.IdempotencyKey, ev.Pos())
 	a.pending = append(a.pending, pendingInput{Input: in, Epoch: ev.Epoch, Seq: ev.Seq})
+	a.publishView()
 	a.m.stats.accepted.Add(1)
 	a.m.tr.Emit("session.accepted", "owner", a.m.cfg.Owner, "session", a.id, "epoch", ev.Epoch, "seq", ev.Seq)
 	req.reply <- submitReply{acc: Accepted{Session: a.id, Epoch: ev.Epoch, Seq: ev.Seq}}
@@ -94,6 +96,8 @@ func (a *actor) emit(typ string, data json.RawMessage) (Event, error) {
 	if a.ctx.Err() != nil {
 		return Event{}, a.cause()
 	}
+	// Readers (State) see every event's effect by the time it is published.
+	a.publishView()
 	ctx, cancel = context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
 	if err := a.m.cfg.Publisher.Publish(ctx, ev); err != nil {
 		a.m.stats.publishErrors.Add(1)

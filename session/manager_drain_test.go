@@ -1,0 +1,132 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/relaygw/relay/internal/trace"
+)
+
+// Drain lets running turns finish, keeps accepted-but-unrun inputs in the
+// checkpoint, and hands every lease back so another node claims at once.
+func TestDrainReleasesLeases(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfgA, recA, _ := testConfig(st, "a/1", tr)
+		ag := newBlockAgent()
+		cfgA.Agent = ag
+		a := startManager(t, cfgA)
+		ctx := context.Background()
+
+		submit(t, a, "s1", "first")
+		submit(t, a, "s2", "other")
+		<-ag.started
+		<-ag.started
+		submit(t, a, "s1", "second") // pending behind the running turn
+
+		drained := make(chan error, 1)
+		go func() { drained <- a.Drain(ctx) }()
+		waitFor(t, tr, trace.Kind("session.drain"), 1)
+		if _, err := a.Submit(ctx, "s1", textInput("late", "")); !errors.Is(err, ErrDraining) {
+			t.Fatalf("submit while draining = %v, want ErrDraining", err)
+		}
+		if _, err := a.Submit(ctx, "s3", textInput("new", "")); !errors.Is(err, ErrDraining) {
+			t.Fatalf("submit of a new session while draining = %v, want ErrDraining", err)
+		}
+		close(ag.release)
+		if err := <-drained; err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+		if len(a.Sessions()) != 0 {
+			t.Fatalf("sessions after drain: %+v", a.Sessions())
+		}
+		if n := len(recA.ofType(TypeTurnCompleted)); n != 2 {
+			t.Fatalf("%d turns completed, want the 2 running ones", n)
+		}
+		_, s := loadSnapshot(t, st.checkpoints, "s1")
+		if len(s.Pending) != 1 || inputText(s.Pending[0].Input) != "second" {
+			t.Fatalf("s1 checkpoint pending = %+v, want the second input", s.Pending)
+		}
+
+		// Another node claims both at once (no TTL wait) and runs the
+		// pending input before its own.
+		for _, id := range []string{"s1", "s2"} {
+			l, err := st.leases.Claim(ctx, id, "b/1", cfgA.LeaseTTL)
+			if err != nil || l.Epoch != 2 {
+				t.Fatalf("b/1 claims %s after drain: %+v, %v; want epoch 2 at once", id, l, err)
+			}
+		}
+		cfgB, _, _ := testConfig(st, "b/1", tr)
+		b := startManager(t, cfgB)
+		submit(t, b, "s1", "third")
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
+		stt, _ := b.State(ctx, "s1")
+		want := []Message{{"user", "first"}, {"assistant", "done"}, {"user", "second"}, {"assistant", "second"}, {"user", "third"}, {"assistant", "third"}}
+		if !reflect.DeepEqual(stt.History, want) {
+			t.Fatalf("history on the next owner = %v, want %v", stt.History, want)
+		}
+	})
+}
+
+// When Drain's ctx ends first, running turns are cancelled (ending as
+// turn_failed, checkpointed) and the leases are still handed back.
+func TestDrainCancelsTurnsAtDeadline(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfg.Agent = ag
+	m := startManager(t, cfg)
+	ctx := context.Background()
+
+	submit(t, m, "s1", "stuck")
+	<-ag.started
+	dctx, cancel := context.WithCancel(ctx)
+	drained := make(chan error, 1)
+	go func() { drained <- m.Drain(dctx) }()
+	waitFor(t, tr, trace.Kind("session.drain"), 1)
+	cancel()
+	if err := <-drained; !errors.Is(err, context.Canceled) {
+		t.Fatalf("drain = %v, want it to report the cancelled turns", err)
+	}
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeTurnFailed}) {
+		t.Fatalf("published %v", got)
+	}
+	_, s := loadSnapshot(t, st.checkpoints, "s1")
+	if !reflect.DeepEqual(s.History, []Message{{"user", "stuck"}}) {
+		t.Fatalf("checkpoint history %v", s.History)
+	}
+	if l, _, _ := st.leases.Get(ctx, "s1"); l.Remaining > 0 {
+		t.Fatalf("lease still live after drain: %+v", l)
+	}
+	if err := m.Drain(ctx); err != nil {
+		t.Fatalf("second drain: %v", err)
+	}
+}
+
+func TestCloseStopsWithoutHandBack(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfg.Agent = ag
+	m := NewManager(cfg)
+	submit(t, m, "s1", "stuck")
+	<-ag.started
+	m.Close()
+	m.Close()
+	if _, err := m.Submit(context.Background(), "s1", textInput("x", "")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("submit after close = %v", err)
+	}
+	if err := m.Drain(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("drain after close = %v", err)
+	}
+	l, _, _ := st.leases.Get(context.Background(), "s1")
+	if l.Owner != "a/1" || l.Remaining <= 0 {
+		t.Fatalf("lease after close = %+v, want left to lapse", l)
+	}
+	waitFor(t, tr, trace.Kind("session.standdown", "session", "s1"), 1)
+}
