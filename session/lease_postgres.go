@@ -14,7 +14,14 @@ import (
 // agent_leases (migrations/00001), every decision taken by one statement on
 // the database clock (the seed's "Ownership: the lease"). Go never compares
 // its own clock with expires_at; Remaining is expires_at - now() computed by
-// the database. Safe for concurrent use.
+// the database.
+//
+// now() is the start time of the statement's transaction. A claim that waits
+// for a row lock therefore computes an expiry a little earlier than the
+// moment it commits and judges the old row live a little longer: both err
+// on the safe side. Remaining counts from that start, so a caller that
+// starts its own monotonic countdown when it sent the claim never outlives
+// the row. Safe for concurrent use.
 type PostgresLeaseStore struct {
 	pool *pgxpool.Pool
 }
