@@ -3,7 +3,7 @@
 // hand, and Inbox, which lets a test wait for what arrives instead of for time.
 import { Socket } from "phoenix";
 import WebSocket from "ws";
-import { EVENT_TYPES } from "../web/src/lib/cursor.js";
+import { EVENT_TYPES } from "../web/src/lib/events.js";
 
 export { EVENT_TYPES };
 
@@ -141,12 +141,17 @@ export function recordEvents(channel, name = channel.topic) {
   return inbox;
 }
 
-/** Resolves with the items once a turn_completed (or turn_failed) beyond index from arrived. */
+/**
+ * Resolves with a snapshot of the items up to and including the first turn_completed
+ * (or turn_failed) at or after index from.
+ */
 export function untilTurnEnds(inbox, from = 0) {
-  return inbox.until(
-    (items) => items.slice(from).some((e) => e.type === "turn_completed" || e.type === "turn_failed") && items,
-    "turn_completed",
-  );
+  return inbox.until((items) => {
+    for (let i = from; i < items.length; i++) {
+      if (items[i].type === "turn_completed" || items[i].type === "turn_failed") return items.slice(0, i + 1);
+    }
+    return null;
+  }, "turn_completed");
 }
 
 /**

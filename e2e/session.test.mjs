@@ -2,7 +2,7 @@
 // phoenix clients in (epoch, seq) order; late joiners get replay then live, seamlessly.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { compareCursor, cursorOf } from "../web/src/lib/cursor.js";
+import { compareCursor, cursorOf, userText } from "../web/src/lib/events.js";
 import { join, openSocket, push, recordEvents, untilTurnEnds } from "./client.mjs";
 import { startGateway, uniqueId } from "./gateway.mjs";
 
@@ -35,7 +35,7 @@ function assertTurn(events, id, text) {
     assert.equal(typeof payload.data, "object");
     assert.ok(!Number.isNaN(Date.parse(payload.at)), `"at" is a timestamp: ${payload.at}`);
   }
-  assert.equal(events[0].payload.data.text, text, "user_event carries the posted text");
+  assert.equal(userText(events[0].payload.data), text, "user_event carries the posted text");
   const deltas = events.filter((e) => e.type === "delta").map((e) => e.payload.data.text);
   for (const d of deltas) assert.equal(typeof d, "string");
   const message = events.find((e) => e.type === "message").payload.data;

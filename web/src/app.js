@@ -8,7 +8,7 @@
 import "../static/style.css";
 import { Socket } from "phoenix";
 import { byId, bearer, fetchJSON, h } from "./lib/dom.js";
-import { EVENT_TYPES, compareCursor, cursorOf, formatCursor } from "./lib/cursor.js";
+import { EVENT_TYPES, compareCursor, cursorOf, formatCursor, userText } from "./lib/events.js";
 import { pushOnce, sendWithRetry } from "./lib/retry.js";
 import { peekClaims, rememberToken, takeToken } from "./lib/token.js";
 
@@ -206,7 +206,7 @@ class SessionView {
     const data = e.data || {};
     switch (type) {
       case "user_event":
-        this.addBubble("user", data.text ?? JSON.stringify(data), "done");
+        this.addBubble("user", userText(data) || JSON.stringify(data), "done");
         break;
       case "turn_started":
         this.bubble = this.addBubble("assistant", "", "streaming");

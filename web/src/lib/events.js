@@ -1,5 +1,5 @@
-// Event cursors: the (epoch, seq) position of a session event. Within a session the
-// gateway's cursors strictly increase, epoch first.
+// Session events: their (epoch, seq) cursors, their types, and their data shapes.
+// Within a session the gateway's cursors strictly increase, epoch first.
 
 /**
  * Orders two cursors: negative if a is before b, 0 if equal, positive if after.
@@ -29,3 +29,15 @@ export const EVENT_TYPES = Object.freeze([
   "turn_completed",
   "turn_failed",
 ]);
+
+/**
+ * The text a user_event carries. The gateway records the accepted input as the
+ * event's data, either {"text":…} or the whole envelope {"type","data":{"text":…}}.
+ * Returns "" when there is no text.
+ */
+export function userText(data) {
+  if (!data || typeof data !== "object") return "";
+  if (typeof data.text === "string") return data.text;
+  if (data.data && typeof data.data === "object" && typeof data.data.text === "string") return data.data.text;
+  return "";
+}
