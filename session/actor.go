@@ -37,6 +37,9 @@ type actor struct {
 	// releaseErr is set before done closes when a clean retirement could not
 	// hand the lease back.
 	releaseErr error
+	// thawFailed is set before done closes when the checkpoint could not be
+	// loaded or re-written at this epoch.
+	thawFailed bool
 
 	// Owned by the run goroutine.
 	seq      int64
@@ -123,8 +126,9 @@ func (a *actor) submit(ctx context.Context, in Input) (acc Accepted, retry bool,
 func (a *actor) cause() error { return context.Cause(a.ctx) }
 
 // retryable reports whether a Submit that met this retired actor should
-// claim again: always, except when the Manager closed.
-func (a *actor) retryable() bool { return !errors.Is(a.cause(), ErrClosed) }
+// claim again: always, except when the Manager closed or the actor could not
+// thaw (the store's error is the answer). Call only once done is closed.
+func (a *actor) retryable() bool { return !errors.Is(a.cause(), ErrClosed) && !a.thawFailed }
 
 // run is the actor goroutine.
 func (a *actor) run() {
@@ -132,6 +136,7 @@ func (a *actor) run() {
 	a.m.wg.Add(1)
 	go a.renewer.run()
 	if err := a.thaw(); err != nil {
+		a.thawFailed = true
 		a.retire(err)
 	}
 	drainStart, drainCancel := a.m.drainStart, a.m.drainCancel

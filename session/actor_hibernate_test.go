@@ -26,6 +26,9 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 	if _, err := tr.WaitAfter(idleCtx, done.Seq, trace.Kind("session.idle")); err != nil {
 		t.Fatalf("idle timer never armed: %v\n%s", err, tr.Dump())
 	}
+	m.mu.Lock()
+	live := m.actors["s1"]
+	m.mu.Unlock()
 	// Not idle long enough yet: nothing happens (the renewer keeps the
 	// lease meanwhile, beat by beat).
 	advanceBeats(t, clk, tr, cfg, "s1", cfg.IdleTimeout-cfg.RenewEvery)
@@ -38,6 +41,11 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 		t.Fatalf("%d hibernations, want 1", n)
 	}
 	waitGone(t, m, "s1")
+	select {
+	case <-live.renewer.done:
+	default:
+		t.Fatal("renewer still running after hibernation")
+	}
 	l, ok, err := st.leases.Get(ctx, "s1")
 	if err != nil || !ok || l.Remaining > 0 || l.Owner != "a/1" {
 		t.Fatalf("lease after hibernation = %+v %v %v, want a/1's, expired", l, ok, err)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/relaygw/relay/internal/trace"
@@ -505,5 +507,51 @@ func TestStateSources(t *testing.T) {
 	}
 	if _, err := c.State(ctx, "bad id"); !errors.Is(err, ErrInvalidID) {
 		t.Fatalf("bad id: %v", err)
+	}
+}
+
+func TestSubmitRefusedWhenThawFails(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	cfg.Checkpoints = brokenCheckpoints{st.checkpoints}
+	m := startManager(t, cfg)
+	_, err := m.Submit(context.Background(), "s1", textInput("x", ""))
+	if err == nil || !strings.Contains(err.Error(), "checkpoint store down") {
+		t.Fatalf("submit with an unreadable checkpoint = %v", err)
+	}
+	if n := tr.Count(trace.Kind("session.thaw")); n != 0 || len(rec.all()) != 0 {
+		t.Fatalf("thawed %d times, published %v", n, types(rec.all()))
+	}
+	waitGone(t, m, "s1")
+}
+
+// failingSaves fails every Save after the first (the thaw's).
+type failingSaves struct {
+	CheckpointStore
+	saves atomic.Int64
+}
+
+func (f *failingSaves) Save(ctx context.Context, key string, epoch int64, data []byte) error {
+	if f.saves.Add(1) > 1 {
+		return errors.New("test: checkpoint store down")
+	}
+	return f.CheckpointStore.Save(ctx, key, epoch, data)
+}
+
+// A checkpoint that cannot be written at the end of a turn proves nothing
+// about ownership: the session stands down and the message is not published.
+func TestCheckpointFailureStandsDownUnpublished(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	cfg.Checkpoints = &failingSaves{CheckpointStore: st.checkpoints}
+	m := startManager(t, cfg)
+	submit(t, m, "s1", "hello")
+	waitFor(t, tr, trace.Kind("session.checkpoint.failed"), 1)
+	waitFor(t, tr, trace.Kind("session.standdown", "session", "s1"), 1)
+	waitGone(t, m, "s1")
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta}) {
+		t.Fatalf("published %v", got)
 	}
 }
