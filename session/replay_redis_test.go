@@ -18,8 +18,7 @@ import (
 // shiftRedisTTLs makes d of time pass for the expiring keys under prefix:
 // each key's remaining TTL shrinks by d, and keys whose TTL runs out are
 // deleted, as Redis would expire them.
-func shiftRedisTTLs(t *testing.T, client redis.UniversalClient, prefix string, d time.Duration) {
-	t.Helper()
+func shiftRedisTTLs(t interface{ Fatalf(string, ...any) }, client redis.UniversalClient, prefix string, d time.Duration) {
 	ctx := context.Background()
 	iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
 	for iter.Next(ctx) {
