@@ -293,8 +293,10 @@ function open() {
   view = new SessionView(ensureSocket(token), id);
 }
 
+// "#token=…&session=…" opens that session; the token is then kept out of the URL.
+const linkedSession = new URLSearchParams(location.hash.replace(/^#/, "")).get("session");
 ui.token.value = takeToken(location, localStorage, history);
-ui.session.value = localStorage.getItem(SESSION_KEY) || randomSessionId();
+ui.session.value = linkedSession || localStorage.getItem(SESSION_KEY) || randomSessionId();
 ui.who.textContent = describeClaims(ui.token.value);
 
 ui.connect.addEventListener("submit", (ev) => {
