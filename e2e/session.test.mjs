@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { compareCursor, cursorOf, userText } from "../web/src/lib/events.js";
-import { join, openSocket, push, recordEvents, untilTurnEnds } from "./client.mjs";
+import { EVENT_TYPES, Inbox, join, openSocket, push, recordEvents, untilTurnEnds } from "./client.mjs";
 import { startGateway, uniqueId } from "./gateway.mjs";
 
 /** @type {import("./gateway.mjs").Gateway} */
@@ -186,4 +186,42 @@ test("two turns in a row keep one strictly increasing sequence", async (t) => {
   assertTurn(all.slice(0, first.length), id, "first");
   assertTurn(all.slice(first.length), id, "second");
   assertIncreasing(all, id);
+});
+
+test("a phoenix client that loses its socket mid-turn rejoins from its last event and misses nothing", async (t) => {
+  const id = uniqueId("reconnect-");
+  const observer = await openSocket(t, gw);
+  const och = observer.channel(`session:${id}`, FROM_START);
+  const oev = recordEvents(och, "observer");
+  assert.equal((await join(och)).status, "ok");
+
+  // The demo page's pattern: join params are re-evaluated on every rejoin.
+  let cursor = { epoch: 0, seq: 0 };
+  const socket = await openSocket(t, gw, { reconnectAfterMs: () => 50 });
+  const ch = socket.channel(`session:${id}`, () => ({ last_event: cursor }));
+  const events = recordEvents(ch, "reconnecting client");
+  for (const type of EVENT_TYPES) ch.on(type, (p) => (cursor = cursorOf(p)));
+  const joins = new Inbox("join replies");
+  ch.join().receive("ok", (r) => joins.push(r));
+  await joins.until((j) => j.length === 1, "first join");
+  const closes = new Inbox("socket closes");
+  socket.onClose((e) => closes.push(e.code));
+
+  const text = Array.from({ length: 40 }, (_, i) => `r${i}`).join(" ");
+  assert.equal((await gw.postEvent(id, { type: "message", data: { text } })).status, 202);
+  await events.until((items) => items.filter((e) => e.type === "delta").length >= 3, "three deltas");
+  // A malformed frame makes the server close this socket (1007); the client reconnects.
+  socket.conn.send("not a frame");
+  const [code] = await closes.until((c) => c.length >= 1 && c, "the server's close");
+  assert.equal(code, 1007);
+  await joins.until((j) => j.length >= 2, "the rejoin after reconnecting");
+
+  const want = await untilTurnEnds(oev);
+  const got = await untilTurnEnds(events);
+  assertTurn(want, id, text);
+  assert.deepEqual(
+    got.map((e) => [e.type, e.payload.seq]),
+    want.map((e) => [e.type, e.payload.seq]),
+    "the reconnecting client saw every event exactly once",
+  );
 });
