@@ -185,3 +185,36 @@ func FuzzDecodeInput(f *testing.F) {
 		}
 	})
 }
+
+// TestHibernateAndThaw: a session hibernates after its idle period and thaws
+// from its checkpoint with its history intact on the next event.
+func TestHibernateAndThaw(t *testing.T) {
+	n, srv, tr := testNode(t, func(c *Config) { c.SessionIdle = 50 * time.Millisecond })
+	do(t, "POST", srv.URL+"/api/sessions/h1/events", testAPIKey, "", `{"data":{"text":"remember me"}}`)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := tr.WaitFor(ctx, trace.Kind("session.hibernate", "session", "h1")); err != nil {
+		t.Fatal(err, tr.Dump())
+	}
+	if live := n.manager.Sessions(); len(live) != 0 {
+		t.Fatalf("sessions still live after hibernation: %+v", live)
+	}
+	_, _, view := do(t, "GET", srv.URL+"/api/sessions/h1", testAPIKey, "", "")
+	if h, _ := view["history"].([]any); len(h) != 2 {
+		t.Fatalf("history from the checkpoint = %v, want the user message and the reply", view["history"])
+	}
+	status, _, acc := do(t, "POST", srv.URL+"/api/sessions/h1/events", testAPIKey, "", `{"data":{"text":"again"}}`)
+	if status != 202 || acc["seq"].(float64) <= view["seq"].(float64) {
+		t.Fatalf("after thaw: %d %v (checkpoint seq %v)", status, acc, view["seq"])
+	}
+	if _, err := tr.WaitFor(ctx, trace.Kind("session.thaw", "session", "h1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.WaitForN(ctx, trace.Kind("session.checkpoint.ok", "session", "h1"), 2); err != nil {
+		t.Fatal(err, tr.Dump())
+	}
+	_, _, view = do(t, "GET", srv.URL+"/api/sessions/h1", testAPIKey, "", "")
+	if h, _ := view["history"].([]any); len(h) != 4 {
+		t.Fatalf("history after the second turn = %v, want 4 messages", view["history"])
+	}
+}

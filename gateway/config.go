@@ -1,6 +1,10 @@
 package gateway
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
 // Config is the whole configuration of a gateway node. The struct tags feed
 // the command line (cmd/gateway parses flags and environment with kong); every
@@ -44,4 +48,25 @@ func DefaultConfig() Config {
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
 	}
+}
+
+// renewMargin is the safety margin the lease renewer keeps before the local
+// deadline: 2 s, or a fifth of the TTL for short test TTLs.
+func (c Config) renewMargin() time.Duration { return min(2*time.Second, c.LeaseTTL/5) }
+
+// Validate reports a configuration that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.LeaseTTL <= 0 || c.LeaseRenew <= 0:
+		return errors.New("gateway: LEASE_TTL and LEASE_RENEW must be positive")
+	case c.LeaseRenew >= c.LeaseTTL-c.renewMargin():
+		return fmt.Errorf("gateway: LEASE_RENEW (%v) must be shorter than LEASE_TTL (%v) minus the %v safety margin", c.LeaseRenew, c.LeaseTTL, c.renewMargin())
+	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0:
+		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT and DRAIN_WINDOW must be positive")
+	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:
+		return errors.New("gateway: MAX_FRAME_BYTES must be at least 1024 and MAX_BODY_BYTES at least 256")
+	case c.SocketQueue < 1 || c.ReplayMaxLen < 1:
+		return errors.New("gateway: SOCKET_QUEUE and REPLAY_MAX_LEN must be at least 1")
+	}
+	return nil
 }

@@ -58,6 +58,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	if cfg.JWTSecret == "" {
 		return nil, errors.New("gateway: JWT secret is required")
 	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	log := opts.Logger
 	if log == nil {
 		log = zap.NewNop()
@@ -94,6 +97,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		Publisher:   hubPublisher{hub: n.hub, m: n.metrics},
 		LeaseTTL:    cfg.LeaseTTL,
 		RenewEvery:  cfg.LeaseRenew,
+		RenewMargin: cfg.renewMargin(),
 		IdleTimeout: cfg.SessionIdle,
 		Logger:      n.log,
 		Tracer:      n.tracer,

@@ -2,19 +2,68 @@ package gateway
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/relaygw/relay/migrations"
 	"github.com/relaygw/relay/session"
 	"go.uber.org/zap"
 )
 
-// buildStores picks the lease, checkpoint and replay stores from the
-// configuration: in-memory for the embedded default.
-func (n *Node) buildStores(_ context.Context) error {
-	n.mode = "embedded"
-	n.leases = session.NewMemoryLeaseStore()
-	n.checkpoints = session.NewMemoryCheckpointStore()
-	n.replay = session.NewMemoryReplayLog(int(n.cfg.ReplayMaxLen), n.cfg.ReplayTTL)
-	n.log.Info("single-node mode: in-memory lease, checkpoint and replay stores; nothing survives a restart",
-		zap.String("owner", n.Owner()))
+// buildStores picks the lease, checkpoint and replay stores: Postgres when
+// DATABASE_URL is set (migrations applied at start under an advisory lock),
+// Redis Streams when REDIS_URL is set, in-memory otherwise.
+func (n *Node) buildStores(ctx context.Context) error {
+	cfg := n.cfg
+	if cfg.DatabaseURL != "" {
+		pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return fmt.Errorf("gateway: postgres: %w", err)
+		}
+		n.closers = append(n.closers, pool.Close)
+		schema := firstSchema(pool.Config().ConnConfig.RuntimeParams["search_path"])
+		if err := migrations.Apply(ctx, pool, schema); err != nil {
+			return fmt.Errorf("gateway: %w", err)
+		}
+		n.leases = session.NewPostgresLeaseStore(pool)
+		n.checkpoints = session.NewPostgresCheckpointStore(pool)
+	} else {
+		n.leases = session.NewMemoryLeaseStore()
+		n.checkpoints = session.NewMemoryCheckpointStore()
+	}
+	if cfg.RedisURL != "" {
+		opt, err := redis.ParseURL(cfg.RedisURL)
+		if err != nil {
+			return fmt.Errorf("gateway: redis url: %w", err)
+		}
+		client := redis.NewClient(opt)
+		n.closers = append(n.closers, func() { _ = client.Close() })
+		n.replay = session.NewRedisReplayLog(client, session.RedisReplayConfig{
+			Prefix: cfg.Cluster + ":", MaxLen: cfg.ReplayMaxLen, TTL: cfg.ReplayTTL,
+		})
+	} else {
+		n.replay = session.NewMemoryReplayLog(int(cfg.ReplayMaxLen), cfg.ReplayTTL)
+	}
+
+	switch {
+	case cfg.DatabaseURL == "" && cfg.RedisURL == "" && cfg.NATSURL == "":
+		n.mode = "embedded"
+		n.log.Info("single-node mode: in-memory lease, checkpoint and replay stores; nothing survives a restart",
+			zap.String("owner", n.Owner()))
+	case cfg.NATSURL == "":
+		n.mode = "single"
+		n.log.Info("single-node mode with durable stores",
+			zap.Bool("postgres", cfg.DatabaseURL != ""), zap.Bool("redis", cfg.RedisURL != ""), zap.String("owner", n.Owner()))
+	default:
+		n.mode = "cluster"
+	}
 	return nil
+}
+
+// firstSchema returns the first entry of a search_path setting ("" if none).
+func firstSchema(searchPath string) string {
+	s, _, _ := strings.Cut(searchPath, ",")
+	return strings.Trim(strings.TrimSpace(s), `"`)
 }
