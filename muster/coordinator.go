@@ -271,9 +271,17 @@ func (c *coordinator) setStatus(st Status) {
 
 func (c *coordinator) failureDetector() {
 	s := c.s
-	now := time.Now()
+	// Every incarnation heard from, registered or not, is judged: an
+	// unregistered one may still have written rows (a claim or round that
+	// outran its discovery), and its departure is what removes them.
+	cutoff := time.Now().Add(-s.cfg.PeerDownAfter)
+	for _, id := range s.live.silent(cutoff) {
+		if id.Name != s.self && s.occ.admit(id.Name, id.Inc) != admitDeparted {
+			c.depart(id, "silent")
+		}
+	}
 	for name, inc := range c.peers {
-		if now.Sub(s.live.last(name, inc)) > s.cfg.PeerDownAfter {
+		if s.live.last(name, inc).Before(cutoff) {
 			c.depart(NodeID{name, inc}, "silent")
 		}
 	}

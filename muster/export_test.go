@@ -16,7 +16,7 @@ func (s *Scope) ArmCrash(point string, n int) {
 
 // ForceDown makes the failure detector treat node as silent now.
 func (s *Scope) ForceDown(node string) {
-	s.live.forget(node)
+	s.live.silence(node)
 	s.postAsync(s.coord.mbox, &tickReq{"fd"})
 }
 
@@ -78,6 +78,3 @@ func (s *Scope) Owed() []string { return s.Dump().Owed }
 
 // Reap reaps tombstones older than d.
 func (s *Scope) Reap(d time.Duration) int { return s.occ.reap(time.Now().Add(-d)) }
-
-// ForgetLiveness drops node from the failure detector's table.
-func (s *Scope) ForgetLiveness(node string) { s.live.forget(node) }

@@ -63,13 +63,11 @@ type cluster struct {
 	tr    *trace.Tracer
 	nodes map[string]*muster.Scope
 	mod   func(name string, c *muster.Config)
-	inc   atomic.Uint64
 	mu    sync.Mutex
 }
 
 func newCluster(t testing.TB, seed int64) *cluster {
 	c := &cluster{t: t, net: memnet.New(seed), tr: trace.New(), nodes: map[string]*muster.Scope{}}
-	c.inc.Store(1000)
 	t.Cleanup(c.closeAll)
 	return c
 }
@@ -79,7 +77,9 @@ func (c *cluster) config(name string) muster.Config {
 	cfg.Node = name
 	cfg.Transport = c.net.Transport(name)
 	cfg.Tracer = c.tr
-	cfg.Incarnation = c.inc.Add(1000)
+	// Incarnations must grow across restarts of a name, also past the
+	// wall-clock incarnations a coordinator reset takes: use the default.
+	cfg.Incarnation = 0
 	if c.mod != nil {
 		c.mod(name, &cfg)
 	}
@@ -233,7 +233,6 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-
 // waitState waits until g is in state st on s.
 func waitState(t testing.TB, s *muster.Scope, g string, st string) {
 	t.Helper()
@@ -246,4 +245,3 @@ func waitState(t testing.TB, s *muster.Scope, g string, st string) {
 func kindOf(kind, node string, kv ...any) trace.Matcher {
 	return trace.Kind(kind, append([]any{"node", node}, kv...)...)
 }
-

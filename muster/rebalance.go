@@ -166,8 +166,12 @@ func (c *coordinator) rebalance(target []NodeID) {
 	for r := range moved {
 		affected[r] = true
 	}
+	// A member new to our view gets a full snapshot even when we hold
+	// nothing it routes: its table may still carry our rows from before it
+	// left our view (its tables survive coordinator resets), and only a
+	// full snapshot replaces them.
 	for _, m := range target {
-		if m.Name != s.self && !slices.Contains(old, m) && len(byRouter[m.Name]) > 0 {
+		if m.Name != s.self && !slices.Contains(old, m) {
 			affected[m.Name] = true
 		}
 	}

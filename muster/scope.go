@@ -375,9 +375,26 @@ func (l *liveness) alive(cutoff time.Time) []NodeID {
 	return out
 }
 
-// forget drops a node's entry (tests use it to simulate silence).
-func (l *liveness) forget(node string) {
+// silent lists node incarnations last heard before cutoff.
+func (l *liveness) silent(cutoff time.Time) []NodeID {
 	l.mu.Lock()
-	delete(l.seen, node)
+	defer l.mu.Unlock()
+	var out []NodeID
+	for n, e := range l.seen {
+		if !e.last.After(cutoff) {
+			out = append(out, NodeID{n, e.inc})
+		}
+	}
+	return out
+}
+
+// silence marks node as not heard from since the zero time (tests use it
+// to make the failure detector fire).
+func (l *liveness) silence(node string) {
+	l.mu.Lock()
+	if e, ok := l.seen[node]; ok {
+		e.last = time.Time{}
+		l.seen[node] = e
+	}
 	l.mu.Unlock()
 }
