@@ -302,21 +302,23 @@ func assertNoParkFailures(t *testing.T, tr *trace.Tracer) {
 }
 
 // forEachStores runs f against every store set: the memory stores, and the
-// Postgres lease and checkpoint stores (with the memory replay log).
+// cluster stores (Postgres leases and checkpoints, Redis replay log).
 func forEachStores(t *testing.T, f func(t *testing.T, newStores func(t *testing.T) *stores)) {
 	t.Run("memory", func(t *testing.T) { f(t, func(*testing.T) *stores { return memoryStores() }) })
-	t.Run("postgres", func(t *testing.T) { f(t, postgresStores) })
+	t.Run("cluster", func(t *testing.T) { f(t, clusterStores) })
 }
 
-// postgresStores returns the Postgres lease and checkpoint stores on a fresh
-// schema, with a memory replay log. Store time passes by moving expires_at
-// into the past (the database clock itself cannot be moved).
-func postgresStores(t *testing.T) *stores {
+// clusterStores returns the Postgres lease and checkpoint stores on a fresh
+// schema and the Redis replay log under a fresh key prefix. Lease time
+// passes by moving expires_at into the past (the database clock itself
+// cannot be moved).
+func clusterStores(t *testing.T) *stores {
 	pool := testenv.Postgres(t)
+	client, prefix := testenv.Redis(t)
 	return &stores{
 		leases:      NewPostgresLeaseStore(pool),
 		checkpoints: NewPostgresCheckpointStore(pool),
-		log:         NewMemoryReplayLog(10_000, 0),
+		log:         NewRedisReplayLog(client, RedisReplayConfig{Prefix: prefix, MaxLen: 10_000, TTL: time.Hour}),
 		advance: func(t *testing.T, d time.Duration) {
 			t.Helper()
 			if _, err := pool.Exec(context.Background(), "UPDATE agent_leases SET expires_at = expires_at - $1::interval", d); err != nil {

@@ -206,8 +206,8 @@ func TestRenewerReclaimedEpochStandsDown(t *testing.T) {
 // Real clocks against Postgres: a turn blocked for longer than the lease TTL
 // keeps its lease. Timings are generous; the assertions are about the lease,
 // not about durations.
-func TestRenewerRealClockPostgres(t *testing.T) {
-	st := postgresStores(t)
+func TestRenewerRealClockCluster(t *testing.T) {
+	st := clusterStores(t)
 	tr := trace.New()
 	cfg, _, _ := testConfig(st, "a/1", tr)
 	cfg.Clock = nil
