@@ -13,6 +13,7 @@ export const WAIT_MS = 10_000;
 /**
  * An append-only list with waiters: until(pred) resolves as soon as pred(items) is
  * truthy (checked now and after every push), or rejects after ms with the items seen.
+ * When pred returns the items array itself, until resolves with a snapshot of it.
  */
 export class Inbox {
   constructor(name) {
@@ -49,7 +50,7 @@ export class Inbox {
           if (v) {
             this.waiters.delete(w);
             clearTimeout(w.timer);
-            resolve(v);
+            resolve(v === this.items ? this.items.slice() : v);
           }
         },
       };
