@@ -148,7 +148,7 @@ func (a *actor) run() {
 			idleC = a.idle.C()
 		}
 		var cancelC <-chan struct{}
-		if a.draining && a.turn != nil {
+		if a.draining && a.turn != nil && a.turn.ctx.Err() == nil {
 			cancelC = drainCancel
 		}
 		select {

@@ -235,10 +235,14 @@ func (a *actor) finishTurn(res turnResult) {
 // counts events about to be emitted: the stored seq covers them, so a new
 // owner continues above them.
 func (a *actor) checkpoint(ctx context.Context, reserve int64) error {
+	history := a.history
+	if history == nil {
+		history = []Message{}
+	}
 	data, err := json.Marshal(snapshot{
 		Version: snapshotVersion,
 		Seq:     a.seq + reserve,
-		History: a.history,
+		History: history,
 		Keys:    a.keys.entries(),
 		Pending: a.pending,
 	})

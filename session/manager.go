@@ -95,6 +95,8 @@ type Manager struct {
 	clock Clock
 	stats counters
 
+	// mu guards the fields below. It is never held while taking an actor's
+	// mu (nor the other way round), nor across a store call or a wait.
 	mu          sync.Mutex
 	actors      map[string]*actor
 	draining    bool

@@ -92,6 +92,9 @@ func TestDrainCancelsTurnsAtDeadline(t *testing.T) {
 	if err := <-drained; !errors.Is(err, context.Canceled) {
 		t.Fatalf("drain = %v, want it to report the cancelled turns", err)
 	}
+	if n := tr.Count(trace.Kind("session.turn.cancel", "reason", "drain")); n != 1 {
+		t.Fatalf("turn cancelled %d times, want once", n)
+	}
 	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeTurnFailed}) {
 		t.Fatalf("published %v", got)
 	}
