@@ -3,41 +3,16 @@
 // replay log and the history and continues with a higher epoch; after a crash the next
 // event is refused with a retry directive until the dead node's lease lapses.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { after, test } from "node:test";
 import { compareCursor, cursorOf } from "../web/src/lib/events.js";
 import { sendWithRetry } from "../web/src/lib/retry.js";
 import { join, openSocket, recordEvents, untilTurnEnds } from "./client.mjs";
 import { startGateway, uniqueId } from "./gateway.mjs";
+import { dropSchemas, storeEnv } from "./stores.mjs";
 
-const PG = process.env.E2E_POSTGRES || "postgres://postgres@127.0.0.1:5432/test";
-const REDIS = process.env.E2E_REDIS || "redis://127.0.0.1:6379/0";
 const FROM_START = { last_event: { epoch: 0, seq: 0 } };
 
-const schemas = [];
-after(() => {
-  // Best-effort cleanup of the schemas the gateways created (Redis keys expire).
-  for (const s of schemas) {
-    try {
-      execFileSync("psql", [PG, "-qAtc", `DROP SCHEMA IF EXISTS "${s}" CASCADE`], { stdio: "ignore" });
-    } catch {
-      // psql missing or the database gone: the schema stays behind
-    }
-  }
-});
-
-/** Env for gateways that share one fresh Postgres schema and Redis prefix. */
-function durableEnv(extra = {}) {
-  const schema = uniqueId("e2e_");
-  schemas.push(schema);
-  return {
-    DATABASE_URL: `${PG}?sslmode=disable&search_path=${schema}`,
-    REDIS_URL: REDIS,
-    CLUSTER: uniqueId("e2e-"),
-    REPLAY_TTL: "10m",
-    ...extra,
-  };
-}
+after(dropSchemas);
 
 /** Runs one turn on gw for session id (posting text) and returns its events. */
 async function runTurn(t, gw, id, text) {
@@ -55,7 +30,7 @@ async function runTurn(t, gw, id, text) {
 }
 
 test("restart: a new process replays the log, keeps the history and continues with a higher epoch", async (t) => {
-  const env = durableEnv();
+  const env = storeEnv();
   const id = uniqueId("durable-");
   const gw1 = await startGateway(env);
   t.after(() => gw1.stop());
@@ -95,7 +70,7 @@ test("restart: a new process replays the log, keeps the history and continues wi
 });
 
 test("crash: the next event gets a retry directive until the dead node's lease lapses, then runs", async (t) => {
-  const env = durableEnv({ LEASE_TTL: "3s", LEASE_RENEW: "500ms" });
+  const env = storeEnv({ LEASE_TTL: "3s", LEASE_RENEW: "500ms" });
   const id = uniqueId("crash-");
   const gw1 = await startGateway(env);
   t.after(() => gw1.stop());
