@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"github.com/relaygw/relay/muster"
 	"time"
 )
 
@@ -36,7 +37,11 @@ type Config struct {
 	SocketQueue      int           `name:"socket-queue" env:"SOCKET_QUEUE" default:"1024" help:"Outbound frames queued per socket before it is cut as a slow consumer."`
 	ReplayMaxLen     int64         `name:"replay-max-len" env:"REPLAY_MAX_LEN" default:"1000" help:"Events kept per session in the replay log."`
 	ReplayTTL        time.Duration `name:"replay-ttl" env:"REPLAY_TTL" default:"24h" help:"Replay log expiry after the last append."`
-	DrainWindow      time.Duration `name:"drain-window" env:"DRAIN_WINDOW" default:"30s" help:"Time a draining node has to hand back sessions and close sockets."`
+	// Muster tunes the cluster membership scope (timers); zero fields take
+	// muster's defaults. Not a command-line setting.
+	Muster muster.Config `kong:"-"`
+
+	DrainWindow time.Duration `name:"drain-window" env:"DRAIN_WINDOW" default:"30s" help:"Time a draining node has to hand back sessions and close sockets."`
 }
 
 // DefaultConfig returns the defaults of DESIGN.md "Defaults".

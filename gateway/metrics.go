@@ -16,6 +16,8 @@ type metrics struct {
 	replayed     prometheus.Counter
 	replayErrors prometheus.Counter
 	authFailures prometheus.Counter
+	nodeMessages prometheus.Counter
+	floods       prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -35,8 +37,12 @@ func newMetrics() *metrics {
 			Name: "relay_replay_errors_total", Help: "Joins whose replay read failed (recovered:false)."}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_socket_auth_failures_total", Help: "Sockets refused for a missing or invalid token."}),
+		nodeMessages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_pubsub_node_messages_total", Help: "Event messages sent to other nodes (routed to a router or delivered to a target)."}),
+		floods: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_pubsub_floods_total", Help: "Events flooded to every node because the routing table could not be trusted."}),
 	}
-	m.reg.MustRegister(m.accepted, m.refused, m.published, m.deliveries, m.replayed, m.replayErrors, m.authFailures,
+	m.reg.MustRegister(m.accepted, m.refused, m.published, m.deliveries, m.replayed, m.replayErrors, m.authFailures, m.nodeMessages, m.floods,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

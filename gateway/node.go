@@ -4,19 +4,20 @@ package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/relaygw/relay/channels"
 	"github.com/relaygw/relay/internal/trace"
+	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/session"
 	"go.uber.org/zap"
 )
@@ -24,14 +25,15 @@ import (
 // Node is one gateway process. Create it with New, serve Handler, and stop it
 // with Drain (hand back sessions, close sockets) and Close.
 type Node struct {
-	cfg         Config
-	name        string
-	incarnation string
-	mode        string
-	log         *zap.Logger
-	tracer      *trace.Tracer
-	auth        *Authenticator
-	metrics     *metrics
+	cfg            Config
+	name           string
+	incarnation    string
+	incarnationNum uint64 // start time in Unix ns: grows across restarts of a node name
+	mode           string
+	log            *zap.Logger
+	tracer         *trace.Tracer
+	auth           *Authenticator
+	metrics        *metrics
 
 	hub         *channels.Hub
 	endpoint    *channels.Endpoint
@@ -39,6 +41,9 @@ type Node struct {
 	leases      session.LeaseStore
 	checkpoints session.CheckpointStore
 	replay      session.ReplayLog
+	nc          *nats.Conn
+	scope       *muster.Scope
+	pubsub      *PubSub
 
 	draining  atomic.Bool
 	closeOnce sync.Once
@@ -69,14 +74,16 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	if name == "" {
 		name, _ = os.Hostname()
 	}
+	inc := uint64(time.Now().UnixNano())
 	n := &Node{
-		cfg:         cfg,
-		name:        name,
-		incarnation: newIncarnation(),
-		log:         log.With(zap.String("node", name)),
-		tracer:      opts.Tracer,
-		auth:        NewAuthenticator(cfg.JWTSecret, cfg.APIKeys, cfg.AdminToken),
-		metrics:     newMetrics(),
+		cfg:            cfg,
+		name:           name,
+		incarnation:    strconv.FormatUint(inc, 36),
+		incarnationNum: inc,
+		log:            log.With(zap.String("node", name)),
+		tracer:         opts.Tracer,
+		auth:           NewAuthenticator(cfg.JWTSecret, cfg.APIKeys, cfg.AdminToken),
+		metrics:        newMetrics(),
 	}
 	if err := n.buildStores(ctx); err != nil {
 		n.Close()
@@ -87,14 +94,22 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		agent = session.EchoAgent{Delay: cfg.EchoDelay}
 	}
 
-	n.hub = channels.NewHub()
+	n.hub = channels.NewHubWithConfig(channels.HubConfig{
+		OnFirstSubscriber: func(topic string) { n.pubsub.onFirstSubscriber(topic) },
+		OnLastUnsubscribe: func(topic string) { n.pubsub.onLastUnsubscribe(topic) },
+		Tracer:            n.tracer,
+	})
+	if err := n.buildCluster(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
 	n.manager = session.NewManager(session.Config{
 		Owner:       n.Owner(),
 		Agent:       agent,
 		Leases:      n.leases,
 		Checkpoints: n.checkpoints,
 		Log:         n.replay,
-		Publisher:   hubPublisher{hub: n.hub, m: n.metrics},
+		Publisher:   n.pubsub,
 		LeaseTTL:    cfg.LeaseTTL,
 		RenewEvery:  cfg.LeaseRenew,
 		RenewMargin: cfg.renewMargin(),
@@ -114,12 +129,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	n.endpoint.Handle("session:*", sessionChannel{n: n})
 	n.metrics.registerNode(n)
 	return n, nil
-}
-
-func newIncarnation() string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // Name returns the node name.
@@ -207,6 +216,11 @@ func (n *Node) Drain(ctx context.Context) error {
 	err := n.manager.Drain(ctx)
 	if serr := n.endpoint.Shutdown(ctx); err == nil {
 		err = serr
+	}
+	if n.scope != nil {
+		if merr := n.scope.Drain(ctx); err == nil {
+			err = merr
+		}
 	}
 	return err
 }

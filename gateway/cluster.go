@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/relaygw/relay/muster"
+	"github.com/relaygw/relay/muster/memnet"
+	"github.com/relaygw/relay/muster/natstransport"
+	"go.uber.org/zap"
+)
+
+// Muster scope names used by the gateway.
+const (
+	scopeSessions = "sessions" // session topics: which nodes hold sockets
+	scopePubSub   = "pubsub"   // routed and flooded event delivery
+)
+
+var tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// buildCluster starts the Muster scope and the PubSub that routes session
+// events between nodes. In cluster mode both run over NATS (subjects
+// prefixed by the cluster name); in the embedded default they run over the
+// in-process transport, so one node takes exactly the same path.
+func (n *Node) buildCluster(ctx context.Context) error {
+	var musterTr, psTr muster.Transport
+	if n.cfg.NATSURL != "" {
+		if !tokenPattern.MatchString(n.name) || !tokenPattern.MatchString(n.cfg.Cluster) {
+			return fmt.Errorf("gateway: in cluster mode NODE_NAME (%q) and CLUSTER (%q) must be 1-64 characters of [A-Za-z0-9_-]", n.name, n.cfg.Cluster)
+		}
+		nc, err := nats.Connect(n.cfg.NATSURL,
+			nats.Name(n.Owner()),
+			nats.MaxReconnects(-1),
+			nats.ReconnectWait(250*time.Millisecond),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { n.log.Warn("nats disconnected", zap.Error(err)) }),
+			nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("nats reconnected") }),
+		)
+		if err != nil {
+			return fmt.Errorf("gateway: nats: %w", err)
+		}
+		n.nc = nc
+		n.closers = append(n.closers, nc.Close)
+		musterTr = natstransport.New(nc, natstransport.Config{Prefix: n.cfg.Cluster, Scope: scopeSessions, Node: n.name, Logger: n.log})
+		psTr = natstransport.New(nc, natstransport.Config{Prefix: n.cfg.Cluster, Scope: scopePubSub, Node: n.name, Logger: n.log})
+	} else {
+		musterTr = memnet.New(1).Transport(n.name)
+		psTr = memnet.New(1).Transport(n.name)
+	}
+
+	mcfg := n.cfg.Muster
+	mcfg.Name = scopeSessions
+	mcfg.Node = n.name
+	mcfg.Incarnation = n.incarnationNum
+	mcfg.Transport = musterTr
+	mcfg.Logger = n.log.Named("muster")
+	mcfg.Tracer = n.tracer
+	scope, err := muster.New(mcfg)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if err := scope.Start(ctx); err != nil {
+		return fmt.Errorf("gateway: start muster: %w", err)
+	}
+	n.scope = scope
+	n.closers = append(n.closers, func() { _ = scope.Close() })
+
+	n.pubsub = newPubSub(n.name, scope, psTr, n.hub, n.log.Named("pubsub"), n.metrics)
+	psTr.Register(n.pubsub)
+	if err := psTr.Start(ctx); err != nil {
+		return fmt.Errorf("gateway: start pubsub transport: %w", err)
+	}
+	n.closers = append(n.closers, func() { _ = psTr.Close() })
+	if n.cfg.NATSURL != "" {
+		n.log.Info("cluster mode: muster-routed pubsub over NATS", zap.String("cluster", n.cfg.Cluster), zap.String("owner", n.Owner()))
+	}
+	return nil
+}
