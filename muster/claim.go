@@ -11,14 +11,14 @@ import (
 func (sh *shard) join(r *joinReq) {
 	s := sh.s
 	if s.draining.Load() {
-		r.reply <- ErrDraining
+		r.respond(ErrDraining)
 		return
 	}
 	g := r.group
 	switch st := sh.state(g); st.st {
 	case stateOccupied:
 		sh.register(g, r.m)
-		r.reply <- nil
+		r.respond(nil)
 	case stateCooldown:
 		// Reclaim with no RPC: the router still believes we hold g. When we
 		// are our own router, re-assert the self row at a fresh seq (a
@@ -31,7 +31,7 @@ func (sh *shard) join(r *joinReq) {
 			sh.upsertSelf(g)
 		}
 		s.log.Debug("muster: reclaimed from cooldown", zap.String("group", g))
-		r.reply <- nil
+		r.respond(nil)
 	case stateOccupiedPending:
 		sh.waiters[g] = append(sh.waiters[g], r)
 		s.log.Debug("muster: parked behind in-flight claim", zap.String("group", g))
@@ -52,7 +52,7 @@ func (sh *shard) claim(r *joinReq) {
 		sh.upsertSelf(g)
 		s.crashPoint("shard.local.row")
 		s.log.Debug("muster: occupied locally", zap.String("group", g))
-		r.reply <- nil
+		r.respond(nil)
 		return
 	}
 	seq := s.nextSeq()
@@ -84,7 +84,7 @@ func (sh *shard) occupiedDone(d *occupiedDone) {
 		sh.setState(g, stateVacantQueued, Seq{})
 		s.log.Debug("muster: claim failed", zap.String("group", g), zap.Error(d.err))
 		for _, w := range ws {
-			w.reply <- ErrRPCFailed
+			w.respond(ErrRPCFailed)
 		}
 		return
 	}
@@ -93,7 +93,7 @@ func (sh *shard) occupiedDone(d *occupiedDone) {
 	}
 	sh.setState(g, stateOccupied, Seq{})
 	for _, w := range ws {
-		w.reply <- nil
+		w.respond(nil)
 	}
 	sh.afterRemove(g) // every waiter may have left meanwhile
 }
@@ -105,7 +105,7 @@ func (sh *shard) leave(r *leaveReq) {
 		kept := ws[:0]
 		for _, w := range ws {
 			if w.m.ID() == r.id {
-				w.reply <- ErrLeft
+				w.respond(ErrLeft)
 				continue
 			}
 			kept = append(kept, w)
@@ -252,7 +252,7 @@ func (sh *shard) gather(side bool) []string {
 				}
 				sh.setState(g, stateOccupied, Seq{})
 				for _, w := range ws {
-					w.reply <- nil
+					w.respond(nil)
 				}
 				sh.afterRemove(g)
 			}

@@ -43,7 +43,7 @@ func TestNodeDeathReconverges(t *testing.T) {
 	ctx := ctxT(t)
 	all := []string{"a", "b", "c"}
 	gA := groupRoutedTo("ga", all, "c", []string{"a", "b"}, "b") // held by a, routed c → b
-	gC := groupRoutedTo("gc", all, "a", nil, "")                  // held by c (dies)
+	gC := groupRoutedTo("gc", all, "a", nil, "")                 // held by c (dies)
 	if err := c.node("a").Join(ctx, gA, newMember()); err != nil {
 		t.Fatal(err)
 	}

@@ -61,12 +61,13 @@ type (
 		seq  Seq
 		err  error
 	}
-	drainReq struct{ reply chan error }
-	dumpReq  struct{ reply chan coordDump }
-	promote  struct{ inc uint64 }
-	settled  struct{}
-	resetReq struct{ reason string }
-	tickReq  struct{ which string }
+	drainReq  struct{ reply chan error }
+	dumpReq   struct{ reply chan coordDump }
+	promote   struct{ inc uint64 }
+	settled   struct{}
+	resetReq  struct{ reason string }
+	tickReq   struct{ which string }
+	coordFunc struct{ f func(*coordinator) } // runs f on the coordinator goroutine
 )
 
 // resetSignal makes the coordinator restart without logging a crash.
@@ -172,6 +173,8 @@ func (c *coordinator) handle(msg any) {
 		m.reply <- c.dump()
 	case *resetReq:
 		panic(resetSignal{m.reason})
+	case *coordFunc:
+		m.f(c)
 	case *tickReq:
 		switch m.which {
 		case "heartbeat":

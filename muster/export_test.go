@@ -78,3 +78,17 @@ func (s *Scope) Owed() []string { return s.Dump().Owed }
 
 // Reap reaps tombstones older than d.
 func (s *Scope) Reap(d time.Duration) int { return s.occ.reap(time.Now().Add(-d)) }
+
+// Depart runs the departure cleanup for (node, inc) as the failure detector
+// would.
+func (s *Scope) Depart(node string, inc uint64) {
+	done := make(chan struct{})
+	s.postAsync(s.coord.mbox, &coordFunc{func(c *coordinator) { c.depart(NodeID{node, inc}, "test"); close(done) }})
+	<-done
+}
+
+// SendRaw sends an encoded message of kind from s to node, withholding
+// nothing (tests use it to replay a handshake).
+func (s *Scope) SendDiscover(to string) {
+	s.send(to, &wireMsg{Kind: kindDiscover, Inc: s.inc.Load()})
+}

@@ -61,7 +61,13 @@ type shard struct {
 	waiters  map[string][]*joinReq
 	cooldown map[string]*time.Timer
 	cdToken  map[string]uint64
-	token    uint64 // never reset, so a stale timer's token never matches
+	token    uint64   // never reset, so a stale timer's token never matches
+	inflight *joinReq // the join being handled (answered if the shard panics)
+}
+
+// respond answers the joiner once; later answers are dropped.
+func (r *joinReq) respond(err error) {
+	r.once.Do(func() { r.reply <- err })
 }
 
 // Shard mailbox messages.
@@ -70,6 +76,7 @@ type (
 		group string
 		m     Member
 		reply chan error
+		once  sync.Once
 	}
 	leaveReq struct {
 		group, id string
@@ -128,6 +135,10 @@ func (sh *shard) loop() (restart bool) {
 		if r := recover(); r != nil {
 			sh.s.log.Error("muster: shard crashed; restarting", zap.Int("shard", sh.idx), zap.Any("panic", r))
 			sh.failWaiters(ErrRestarted)
+			if sh.inflight != nil {
+				sh.inflight.respond(ErrRestarted)
+				sh.inflight = nil
+			}
 			sh.s.tr.Emit("muster_shard_crash", "scope", sh.s.name, "node", sh.s.self, "shard", sh.idx, "reason", fmt.Sprint(r))
 			restart = true
 		}
@@ -151,7 +162,9 @@ func (sh *shard) loop() (restart bool) {
 func (sh *shard) handle(msg any) {
 	switch m := msg.(type) {
 	case *joinReq:
+		sh.inflight = m
 		sh.join(m)
+		sh.inflight = nil
 	case *leaveReq:
 		sh.leave(m)
 	case *memberDown:
@@ -262,7 +275,7 @@ func (sh *shard) remove(g, id string, e *entry) bool {
 func (sh *shard) failWaiters(err error) {
 	for g, ws := range sh.waiters {
 		for _, w := range ws {
-			w.reply <- err
+			w.respond(err)
 		}
 		delete(sh.waiters, g)
 	}
