@@ -54,7 +54,10 @@ func (h *funcHandler) Terminate(ch *Channel, reason CloseReason) {
 	h.mu.Lock()
 	h.terminated = append(h.terminated, s)
 	h.mu.Unlock()
-	h.termCh <- s
+	select {
+	case h.termCh <- s:
+	default: // tests that churn many channels read terminations()
+	}
 }
 
 // waitTerminated waits for the next Terminate call and returns its record.
