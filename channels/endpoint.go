@@ -181,7 +181,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // Accept has answered
 	}
 	conn.SetReadLimit(e.cfg.MaxFrameBytes)
-	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn}, ser, assigns)
+	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn, timeout: e.cfg.WriteTimeout}, ser, assigns)
 	if err != nil {
 		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
 		return

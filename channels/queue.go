@@ -74,6 +74,15 @@ func (s *Socket) startWriterLocked() {
 	go s.writeLoop()
 }
 
+// takeSpare returns the batch buffer kept from the last writer run.
+func (s *Socket) takeSpare() []Frame {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	b := s.spare
+	s.spare = nil
+	return b
+}
+
 // maxIdleQueueCap bounds the queue capacity kept by an idle socket.
 const maxIdleQueueCap = 16
 
@@ -82,7 +91,7 @@ const maxIdleQueueCap = 16
 // requested.
 func (s *Socket) writeLoop() {
 	defer s.writers.Done()
-	var batch []Frame
+	batch := s.takeSpare()
 	for {
 		s.outMu.Lock()
 		if s.closing {
@@ -102,6 +111,9 @@ func (s *Socket) writeLoop() {
 			if cap(s.queue) > maxIdleQueueCap {
 				s.queue = nil
 			}
+			if cap(batch) <= maxIdleQueueCap {
+				s.spare = batch[:0]
+			}
 			s.outMu.Unlock()
 			return
 		}
@@ -109,9 +121,9 @@ func (s *Socket) writeLoop() {
 		s.queueBytes = 0
 		s.outMu.Unlock()
 
-		ctx, cancel := context.WithTimeout(context.Background(), s.ep.cfg.WriteTimeout)
-		err := s.t.Write(ctx, batch)
-		cancel()
+		// Not s.ctx: a close request must not abort the write in flight
+		// (the close frame follows it). Transports bound writes themselves.
+		err := s.t.Write(context.Background(), batch)
 		s.ep.stats.framesOut.Add(uint64(len(batch)))
 		clear(batch)
 		if err != nil {

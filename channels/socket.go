@@ -30,6 +30,7 @@ type Socket struct {
 
 	outMu       sync.Mutex
 	queue       []Frame // guarded by outMu
+	spare       []Frame // the writer's batch buffer between runs (small only)
 	queueBytes  int
 	writing     bool // a writer goroutine runs
 	closing     bool // no more frames are accepted

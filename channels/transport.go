@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -9,8 +10,10 @@ import (
 // Transport carries a socket's outbound frames. The socket's reading side
 // feeds inbound frames to Socket.Receive itself, so a Transport has no Read.
 type Transport interface {
-	// Write writes frames in order. It is called by one goroutine at a time
-	// and should give up when ctx ends.
+	// Write writes frames in order. It is called by one goroutine at a time.
+	// It must not block forever: a stuck write delays the socket's close.
+	// The socket passes a context without deadline and expects the
+	// transport to apply its own write timeout.
 	Write(ctx context.Context, frames []Frame) error
 	// Close closes the connection with code and reason. It is called at most
 	// once, from the writer goroutine, and may block for the close handshake.
@@ -18,12 +21,16 @@ type Transport interface {
 	Close(code CloseCode, reason string) error
 }
 
-// wsTransport adapts a coder/websocket connection.
+// wsTransport adapts a coder/websocket connection. Each batch write is
+// bounded by timeout.
 type wsTransport struct {
-	conn *websocket.Conn
+	conn    *websocket.Conn
+	timeout time.Duration
 }
 
 func (t wsTransport) Write(ctx context.Context, frames []Frame) error {
+	ctx, cancel := context.WithTimeout(ctx, t.timeout)
+	defer cancel()
 	for _, f := range frames {
 		typ := websocket.MessageText
 		if f.Binary {
