@@ -36,7 +36,9 @@ func (n *Node) handleAdminSessions(w http.ResponseWriter, _ *http.Request) {
 // handleAdminDrain starts a drain without stopping the process; it answers
 // 202 at once and the drain runs within the drain window.
 func (n *Node) handleAdminDrain(w http.ResponseWriter, _ *http.Request) {
+	n.bg.Add(1)
 	go func() {
+		defer n.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainWindow)
 		defer cancel()
 		_ = n.Drain(ctx)

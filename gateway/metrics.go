@@ -18,6 +18,7 @@ type metrics struct {
 	authFailures prometheus.Counter
 	nodeMessages prometheus.Counter
 	floods       prometheus.Counter
+	forwards     prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -39,10 +40,12 @@ func newMetrics() *metrics {
 			Name: "relay_socket_auth_failures_total", Help: "Sockets refused for a missing or invalid token."}),
 		nodeMessages: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_pubsub_node_messages_total", Help: "Event messages sent to other nodes (routed to a router or delivered to a target)."}),
+		forwards: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_forwards_total", Help: "Events forwarded to the owner node."}),
 		floods: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "relay_pubsub_floods_total", Help: "Events flooded to every node because the routing table could not be trusted."}),
 	}
-	m.reg.MustRegister(m.accepted, m.refused, m.published, m.deliveries, m.replayed, m.replayErrors, m.authFailures, m.nodeMessages, m.floods,
+	m.reg.MustRegister(m.accepted, m.refused, m.published, m.deliveries, m.replayed, m.replayErrors, m.authFailures, m.nodeMessages, m.floods, m.forwards,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -1,0 +1,209 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/trace"
+	"github.com/relaygw/relay/muster"
+	"github.com/relaygw/relay/session"
+	"go.uber.org/zap/zaptest"
+)
+
+// fastMuster is a Muster timing preset for tests.
+func fastMuster() muster.Config {
+	return muster.Config{
+		ViewHeartbeat: 200 * time.Millisecond, PingInterval: 50 * time.Millisecond,
+		PeerDownAfter: time.Second, RPCTimeout: 500 * time.Millisecond, GatherTimeout: 2 * time.Second,
+		Cooldown: 200 * time.Millisecond, VacantFlush: 100 * time.Millisecond,
+		SingletonPromotion: 600 * time.Millisecond, DrainSettle: 100 * time.Millisecond,
+	}
+}
+
+// testCluster is several in-process nodes, each with its own NATS
+// connection, on one Postgres schema, one Redis key prefix and one NATS
+// subject prefix.
+type testCluster struct {
+	t       *testing.T
+	dbURL   string
+	cluster string
+	tr      *trace.Tracer
+	nodes   []*Node
+	srvs    []*httptest.Server
+}
+
+func newTestCluster(t *testing.T, names ...string) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, dbURL: testenv.PostgresURL(t), cluster: testenv.NATSPrefix(t), tr: trace.New()}
+	rc, _ := testenv.Redis(t)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		keys, _ := rc.Keys(ctx, c.cluster+":*").Result()
+		if len(keys) > 0 {
+			rc.Del(ctx, keys...)
+		}
+	})
+	for _, name := range names {
+		c.add(name, nil)
+	}
+	return c
+}
+
+func (c *testCluster) add(name string, agent session.Agent) (*Node, *httptest.Server) {
+	t := c.t
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeName = name
+	cfg.JWTSecret = testSecret
+	cfg.APIKeys = []string{testAPIKey}
+	cfg.AdminToken = testAdmin
+	cfg.EchoDelay = 5 * time.Millisecond
+	cfg.DatabaseURL = c.dbURL
+	cfg.RedisURL = testenv.RedisServerURL()
+	cfg.NATSURL = testenv.NATSURL()
+	cfg.Cluster = c.cluster
+	cfg.Muster = fastMuster()
+	n, err := New(context.Background(), cfg, Options{Logger: zaptest.NewLogger(t).Named(name), Tracer: c.tr, Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(n.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		n.Close()
+	})
+	c.nodes = append(c.nodes, n)
+	c.srvs = append(c.srvs, srv)
+	return n, srv
+}
+
+// waitReady waits until every node's Muster scope is ready with one view
+// hash and a view of all the nodes.
+func (c *testCluster) waitReady() {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, n := range c.nodes {
+			if n.scope.Status() != muster.Ready || n.scope.ViewHash() != c.nodes[0].scope.ViewHash() || len(n.scope.Members()) != len(c.nodes) {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, n := range c.nodes {
+				c.t.Logf("%s: %v %x %v", n.name, n.scope.Status(), n.scope.ViewHash(), n.scope.Members())
+			}
+			c.t.Fatal("cluster did not become ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *testCluster) token() string {
+	tok, err := c.nodes[0].Auth().Mint("u", []string{"*"}, time.Hour)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tok
+}
+
+func post(t *testing.T, srv *httptest.Server, id, text string) map[string]any {
+	t.Helper()
+	status, _, body := do(t, "POST", srv.URL+"/api/sessions/"+id+"/events", testAPIKey, "", fmt.Sprintf(`{"data":{"text":%q}}`, text))
+	if status != 202 {
+		t.Fatalf("POST %s to %s: %d %v", id, srv.URL, status, body)
+	}
+	return body
+}
+
+func assertIncreasing(t *testing.T, evs []sessionEvent) {
+	t.Helper()
+	for i := 1; i < len(evs); i++ {
+		a, b := session.Position{Epoch: evs[i-1].Epoch, Seq: evs[i-1].Seq}, session.Position{Epoch: evs[i].Epoch, Seq: evs[i].Seq}
+		if !a.Less(b) {
+			t.Fatalf("events not strictly increasing at %d: %v then %v", i, a, b)
+		}
+	}
+}
+
+// TestClusterObserveFromAnyNode: a socket on A watches session s1 owned by B
+// while events are POSTed on C (forwarded to B). A second socket on C joins
+// mid-turn with the last event it saw and gets replay then live, with no gap
+// and no duplicate.
+func TestClusterObserveFromAnyNode(t *testing.T) {
+	c := newTestCluster(t, "a", "b", "cc")
+	c.waitReady()
+	tok := c.token()
+	wsA := dialWS(t, c.srvs[0].URL, tok)
+	wsA.join("session:s1", map[string]any{})
+
+	post(t, c.srvs[1], "s1", "owned by b") // B claims the lease
+	first := wsA.eventsUntil(session.TypeTurnCompleted)
+	if len(first) < 5 || first[0].Type != session.TypeUserEvent {
+		t.Fatalf("A saw %+v", first)
+	}
+
+	words := strings.Fields(strings.Repeat("w ", 40))
+	for i := range words {
+		words[i] = fmt.Sprintf("w%d", i)
+	}
+	acc := post(t, c.srvs[2], "s1", strings.Join(words, " ")) // forwarded to B
+	if acc["epoch"] != float64(1) {
+		t.Fatalf("forwarded event accepted at %v, want epoch 1 (B's lease)", acc)
+	}
+	if owner := c.nodes[1].manager.Sessions(); len(owner) != 1 {
+		t.Fatalf("B runs %v, want s1", owner)
+	}
+	if live := c.nodes[2].manager.Sessions(); len(live) != 0 {
+		t.Fatalf("C runs %v; the event must run on the owner", live)
+	}
+
+	// A sees the turn start; a late joiner on C picks up from there.
+	var seen []sessionEvent
+	for len(seen) < 4 {
+		seen = append(seen, wsA.eventsUntil(session.TypeDelta)...)
+	}
+	last := seen[len(seen)-1]
+	wsC := dialWS(t, c.srvs[2].URL, tok)
+	reply := wsC.join("session:s1", map[string]any{"last_event": map[string]any{"epoch": last.Epoch, "seq": last.Seq}})
+	if reply["recovered"] != true {
+		t.Fatalf("join reply %v", reply)
+	}
+	restA := wsA.eventsUntil(session.TypeTurnCompleted)
+	restC := wsC.eventsUntil(session.TypeTurnCompleted)
+	fullA := append(seen, restA...)
+	assertIncreasing(t, append(first, fullA...))
+	assertIncreasing(t, restC)
+	// C's stream (replay + live) is exactly A's stream after the join point.
+	var wantC []int64
+	for _, ev := range fullA {
+		if last.Seq < ev.Seq {
+			wantC = append(wantC, ev.Seq)
+		}
+	}
+	var gotC []int64
+	for _, ev := range restC {
+		gotC = append(gotC, ev.Seq)
+	}
+	if !slices.Equal(gotC, wantC) {
+		t.Fatalf("late joiner on C got seqs %v, want %v (no gap, no duplicate)", gotC, wantC)
+	}
+	var deltas int
+	for _, ev := range fullA {
+		if ev.Type == session.TypeDelta {
+			deltas++
+		}
+	}
+	if deltas != len(words) {
+		t.Fatalf("A saw %d deltas, want %d", deltas, len(words))
+	}
+}
