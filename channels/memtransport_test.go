@@ -10,7 +10,8 @@ import (
 // memTransport is an in-memory Transport: written frames land in a slice and
 // a channel; when gated, every Write waits for a token on gate.
 type memTransport struct {
-	gate chan struct{}
+	gate    chan struct{}
+	waiting chan int // when gated, receives the batch size of each blocked Write
 
 	mu     sync.Mutex
 	frames []Frame
@@ -25,6 +26,9 @@ func newMemTransport() *memTransport {
 
 func (m *memTransport) Write(ctx context.Context, frames []Frame) error {
 	if m.gate != nil {
+		if m.waiting != nil {
+			m.waiting <- len(frames)
+		}
 		select {
 		case <-m.gate:
 		case <-ctx.Done():

@@ -141,8 +141,11 @@ func TestSlowConsumerIsCut(t *testing.T) {
 	ep := NewEndpoint(EndpointConfig{QueueSize: 4, Tracer: trace.New()})
 	ep.Handle("room:*", newFuncHandler())
 	s, mt := memSocket(t, ep, V2)
-	mt.gate = make(chan struct{})
-	recv(t, s, `["3","3","room:lobby","phx_join",{}]`) // reply: writer takes it and blocks
+	mt.gate, mt.waiting = make(chan struct{}), make(chan int, 1)
+	recv(t, s, `["3","3","room:lobby","phx_join",{}]`)
+	if n := <-mt.waiting; n != 1 { // the writer holds the join reply, stuck
+		t.Fatalf("first batch %d frames", n)
+	}
 	fast, fastT := memSocket(t, ep, V2)
 	recv(t, fast, `["3","3","room:lobby","phx_join",{}]`)
 	delivered := 0
