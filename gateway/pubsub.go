@@ -41,7 +41,7 @@ type PubSub struct {
 	mu      sync.Mutex
 	members map[string]*topicMember // topics with local subscribers
 
-	sent, floods atomic.Int64
+	sent, floods, received atomic.Int64
 }
 
 // psMessage is the wire form of a routed event. Kind "route" goes to the
@@ -67,9 +67,17 @@ type topicMember struct {
 func (m *topicMember) ID() string            { return m.id }
 func (m *topicMember) Done() <-chan struct{} { return m.done }
 
-// Counts returns the messages this node sent to other nodes for routed
-// delivery and the floods it started.
-func (p *PubSub) Counts() (sent, floods int64) { return p.sent.Load(), p.floods.Load() }
+// PubSubCounts are a node's routed-delivery counters.
+type PubSubCounts struct {
+	Sent     int64 `json:"sent"`     // messages sent to other nodes (to a router or a target)
+	Floods   int64 `json:"floods"`   // floods started (table not trusted, or no longer the router)
+	Received int64 `json:"received"` // deliveries received from other nodes
+}
+
+// Counts returns the node's routed-delivery counters.
+func (p *PubSub) Counts() PubSubCounts {
+	return PubSubCounts{Sent: p.sent.Load(), Floods: p.floods.Load(), Received: p.received.Load()}
+}
 
 // musterJoinWait bounds how long a channel join waits for Muster's join before
 // replying ok (muster-history correction 13: 4 s upstream).
@@ -202,6 +210,7 @@ func (p *PubSub) HandleMessage(_ string, b []byte) {
 		p.fanout(context.Background(), msg, msg.ViewHash)
 	case "deliver":
 		if msg.Origin != p.self {
+			p.received.Add(1)
 			p.deliver(msg)
 		}
 	}
