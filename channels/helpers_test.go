@@ -61,7 +61,7 @@ func (h *funcHandler) Terminate(ch *Channel, reason CloseReason) {
 }
 
 // waitTerminated waits for the next Terminate call and returns its record.
-func (h *funcHandler) waitTerminated(t *testing.T) string {
+func (h *funcHandler) waitTerminated(t testing.TB) string {
 	t.Helper()
 	select {
 	case s := <-h.termCh:
@@ -86,7 +86,7 @@ type testServer struct {
 
 // newTestServer starts an Endpoint behind an httptest server. The cleanup
 // shuts the endpoint down (waiting for every socket) and closes the server.
-func newTestServer(t *testing.T, cfg EndpointConfig, routes map[string]Handler) *testServer {
+func newTestServer(t testing.TB, cfg EndpointConfig, routes map[string]Handler) *testServer {
 	t.Helper()
 	if cfg.Tracer == nil {
 		cfg.Tracer = trace.New()
@@ -119,12 +119,12 @@ func (ts *testServer) url(query string) string {
 
 // client is a raw WebSocket client speaking frames as strings.
 type client struct {
-	t    *testing.T
+	t    testing.TB
 	conn *websocket.Conn
 	resp *http.Response
 }
 
-func (ts *testServer) dial(t *testing.T, query string) *client {
+func (ts *testServer) dial(t testing.TB, query string) *client {
 	t.Helper()
 	c, err := ts.tryDial(t, query, nil)
 	if err != nil {
@@ -133,7 +133,7 @@ func (ts *testServer) dial(t *testing.T, query string) *client {
 	return c
 }
 
-func (ts *testServer) tryDial(t *testing.T, query string, opts *websocket.DialOptions) (*client, error) {
+func (ts *testServer) tryDial(t testing.TB, query string, opts *websocket.DialOptions) (*client, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -213,7 +213,7 @@ func (c *client) heartbeat(ref string) {
 	c.expect(`[null,"` + ref + `","phoenix","phx_reply",{"status":"ok","response":{}}]`)
 }
 
-func waitTrace(t *testing.T, tr *trace.Tracer, m trace.Matcher) trace.Event {
+func waitTrace(t testing.TB, tr *trace.Tracer, m trace.Matcher) trace.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
