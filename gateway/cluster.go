@@ -51,6 +51,15 @@ func (n *Node) buildCluster(ctx context.Context) error {
 	}
 
 	mcfg := n.cfg.Muster
+	if mcfg.ViewHeartbeat == 0 {
+		mcfg.ViewHeartbeat = n.cfg.MusterHeartbeat
+	}
+	if mcfg.PingInterval == 0 {
+		mcfg.PingInterval = n.cfg.MusterPing
+	}
+	if mcfg.PeerDownAfter == 0 {
+		mcfg.PeerDownAfter = n.cfg.MusterPeerDown
+	}
 	mcfg.Name = scopeSessions
 	mcfg.Node = n.name
 	mcfg.Incarnation = n.incarnationNum
