@@ -217,8 +217,15 @@ func TestHibernateAndThaw(t *testing.T) {
 	if _, err := tr.WaitForN(ctx, trace.Kind("session.checkpoint.ok", "session", "h1"), 2); err != nil {
 		t.Fatal(err, tr.Dump())
 	}
-	_, _, view = do(t, "GET", srv.URL+"/api/sessions/h1", testAPIKey, "", "")
-	if h, _ := view["history"].([]any); len(h) != 4 {
-		t.Fatalf("history after the second turn = %v, want 4 messages", view["history"])
+	// The view follows the actor's state an instant after the checkpoint.
+	for {
+		_, _, view = do(t, "GET", srv.URL+"/api/sessions/h1", testAPIKey, "", "")
+		if h, _ := view["history"].([]any); len(h) == 4 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("history after the second turn = %v, want 4 messages", view["history"])
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
