@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, test } from "node:test";
 import { compareCursor, cursorOf } from "../web/src/lib/events.js";
-import { sendWithRetry } from "../web/src/lib/retry.js";
+import { pushOnce, sendWithRetry } from "../web/src/lib/retry.js";
 import { join, openSocket, recordEvents, untilTurnEnds } from "./client.mjs";
 import { startGateway, uniqueId } from "./gateway.mjs";
 import { dropSchemas, storeEnv } from "./stores.mjs";
@@ -104,4 +104,34 @@ test("crash: the next event gets a retry directive until the dead node's lease l
   const lastBefore = cursorOf(first.turn.at(-1).payload);
   assert.ok(out.response.epoch > lastBefore.epoch, `takeover epoch ${out.response.epoch} > ${lastBefore.epoch}`);
   assert.ok(compareCursor(lastBefore, cursorOf(out.response)) < 0);
+});
+
+test("crash: the demo page's send path follows the channel's retry directive until the takeover", async (t) => {
+  const env = storeEnv({ LEASE_TTL: "3s", LEASE_RENEW: "500ms" });
+  const id = uniqueId("crashpush-");
+  const gw1 = await startGateway(env);
+  t.after(() => gw1.stop());
+  const first = await runTurn(t, gw1, id, "before the crash");
+  gw1.child.kill("SIGKILL");
+  await gw1.stop();
+
+  const gw2 = await startGateway(env);
+  t.after(() => gw2.stop());
+  const socket = await openSocket(t, gw2);
+  const ch = socket.channel(`session:${id}`, { last_event: cursorOf(first.turn.at(-1).payload) });
+  const inbox = recordEvents(ch, `${gw2.nodeName} ${id}`);
+  assert.equal((await join(ch)).status, "ok");
+
+  const retries = [];
+  const payload = { data: { text: "pushed after the crash" }, idempotency_key: `k-${id}` };
+  const out = await sendWithRetry(() => pushOnce(ch, "message", payload), { onRetry: (info) => retries.push(info) });
+  assert.equal(out.status, "ok", `outcome ${JSON.stringify(out)}`);
+  assert.ok(retries.length >= 1, "the first push met the dead node's live lease and got a directive");
+  for (const r of retries) assert.ok(r.afterMs > 0 && r.budgetMs >= r.afterMs, JSON.stringify(r));
+  assert.equal(out.response.duplicate, false);
+  assert.ok(out.response.epoch > cursorOf(first.turn.at(-1).payload).epoch, "the takeover raised the epoch");
+
+  const turn = await untilTurnEnds(inbox);
+  assert.deepEqual(turn.map((e) => e.type).slice(0, 2), ["user_event", "turn_started"]);
+  assert.deepEqual(cursorOf(turn[0].payload), cursorOf(out.response), "the accepted push is the user_event");
 });

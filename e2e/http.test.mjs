@@ -103,6 +103,7 @@ test("drain: a POST /admin/drain closes sockets, refuses new work and reports dr
   assert.ok(drain.status >= 200 && drain.status < 300, `drain: ${drain.status} ${JSON.stringify(drain.body)}`);
   const code = await closes.until((items) => items[0], "socket close");
   assert.notEqual(code, 1000, "a server close is never 1000 (old clients would not reconnect)");
+  assert.equal(code, 1012, "drain closes sockets with 1012 restart");
 
   const node = await own.request("/admin/node", { headers: auth });
   assert.equal(node.body.draining, true, JSON.stringify(node.body));
