@@ -1,7 +1,7 @@
 // Two gateway processes in cluster mode (shared Postgres schema, Redis prefix and NATS
 // subject prefix): a socket on one node observes a session whose turn runs on the
-// other, events posted to a non-owner are forwarded to the owner, and a late joiner on
-// the owner replays exactly what the remote observer saw live.
+// other, a late joiner on the owner replays exactly what the remote observer saw live,
+// and events posted to a non-owner are forwarded to the owner.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { compareCursor, cursorOf } from "../web/src/lib/events.js";
@@ -76,7 +76,6 @@ test("observe from anywhere: a socket on node A sees a turn that runs on node B"
 
 test(
   "forwarding: an event posted to a node that does not own the session runs on the owner",
-  { todo: "the gateway answers 503 session_moving instead of forwarding to the live owner over NATS" },
   async (t) => {
     const id = uniqueId("forward-");
     const sa = await openSocket(t, a);
@@ -95,5 +94,8 @@ test(
       assert.ok(compareCursor(cursorOf(all[i - 1].payload), cursorOf(all[i].payload)) < 0, `event ${i} in order`);
     }
     assert.ok(String((await ownerOf(b, id)).body.owner).startsWith(b.nodeName), "ownership did not move");
+    const second = all.slice(first.length);
+    assert.match(second.map((e) => e.type).join(" "), /^user_event turn_started( delta)+ message turn_completed$/);
+    assert.deepEqual(cursorOf(second[0].payload), cursorOf(res2.body), "the 202 from A names the owner's user_event");
   },
 );
