@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"strconv"
 )
 
 // NodeInfo is the GET /admin/node response.
@@ -14,6 +15,17 @@ type NodeInfo struct {
 	Draining bool   `json:"draining"`
 	Sockets  int64  `json:"sockets"`
 	Sessions int    `json:"sessions"`
+	// Cluster is the node's Muster view: status ("ready", "rebalancing",
+	// ...), view hash (hex) and member node names, sorted. Nodes agree on
+	// routing once each is ready with the same view hash.
+	Cluster *ClusterInfo `json:"cluster,omitempty"`
+}
+
+// ClusterInfo is the Muster part of NodeInfo.
+type ClusterInfo struct {
+	Status   string   `json:"status"`
+	ViewHash string   `json:"view_hash"`
+	Members  []string `json:"members"`
 }
 
 // Info describes the node for operators.
@@ -22,6 +34,18 @@ func (n *Node) Info() NodeInfo {
 		Name: n.name, Owner: n.Owner(), Mode: n.mode,
 		Ready: !n.draining.Load(), Draining: n.draining.Load(),
 		Sockets: n.endpoint.Stats().SocketsOpen, Sessions: len(n.manager.Sessions()),
+		Cluster: n.clusterInfo(),
+	}
+}
+
+func (n *Node) clusterInfo() *ClusterInfo {
+	if n.scope == nil {
+		return nil
+	}
+	return &ClusterInfo{
+		Status:   n.scope.Status().String(),
+		ViewHash: strconv.FormatUint(n.scope.ViewHash(), 16),
+		Members:  n.scope.Members(),
 	}
 }
 
@@ -44,4 +68,17 @@ func (n *Node) handleAdminDrain(w http.ResponseWriter, _ *http.Request) {
 		_ = n.Drain(ctx)
 	}()
 	writeJSON(w, http.StatusAccepted, map[string]any{"node": n.name, "draining": true})
+}
+
+// handleAdminMuster serves the Muster scope's dump: status, view hash,
+// members, peers' views, claim states and occupancy (JSON; ?format=text for
+// the text form).
+func (n *Node) handleAdminMuster(w http.ResponseWriter, r *http.Request) {
+	d := n.scope.Dump()
+	if r.URL.Query().Get("format") == "text" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte(d.String()))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"node": n.name, "pubsub": n.pubsub.Counts(), "muster": d})
 }
