@@ -3,6 +3,7 @@ package gateway
 import (
 	"io/fs"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -17,7 +18,7 @@ import (
 //	GET  /api/sessions/{id}           session view (API key or JWT)
 //	GET  /healthz, /readyz            liveness, readiness (false while draining)
 //	GET  /metrics                     Prometheus metrics
-//	/admin/...                        admin routes (admin token)
+//	/admin/...                        admin routes (admin token), incl. /admin/debug/pprof/
 //	GET  /, /ops, /assets/*           demo and ops pages
 func (n *Node) Handler() http.Handler {
 	r := chi.NewRouter()
@@ -33,6 +34,12 @@ func (n *Node) Handler() http.Handler {
 		r.Get("/node", n.handleAdminNode)
 		r.Get("/sessions", n.handleAdminSessions)
 		r.Post("/drain", n.handleAdminDrain)
+		r.Get("/muster", n.handleAdminMuster)
+		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		r.HandleFunc("/debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {
+			pprof.Handler(chi.URLParam(r, "name")).ServeHTTP(w, r)
+		})
 	})
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
