@@ -1,101 +1,141 @@
-// Two gateway processes in cluster mode (shared Postgres schema, Redis prefix and NATS
-// subject prefix): a socket on one node observes a session whose turn runs on the
-// other, a late joiner on the owner replays exactly what the remote observer saw live,
-// and events posted to a non-owner are forwarded to the owner.
+// Three gateway processes in cluster mode (one Postgres schema, the Redis and NATS
+// servers, one unique CLUSTER name) driven by the official phoenix client: a socket on
+// node A observes a session owned by node B while events are posted on B and on C
+// (forwarded to B); a client on C that comes back mid-turn with its last seen event
+// gets replay then live with no gap and no duplicate; a late joiner on the owner
+// replays exactly what A saw live.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { compareCursor, cursorOf } from "../web/src/lib/events.js";
+import { cursorOf } from "../web/src/lib/events.js";
 import { join, openSocket, recordEvents, untilTurnEnds } from "./client.mjs";
-import { startGateway, uniqueId } from "./gateway.mjs";
-import { dropSchemas, storeEnv } from "./stores.mjs";
+import { nodeInfo, startCluster, waitClusterReady } from "./cluster.mjs";
+import { dump, uniqueId } from "./gateway.mjs";
+import { dropSchemas } from "./stores.mjs";
 
 const FROM_START = { last_event: { epoch: 0, seq: 0 } };
-const ROUTE_WAIT_MS = 15_000;
+const WORDS = 60; // the echo agent streams one delta per word, ECHO_DELAY apart
 
-/** @type {import("./gateway.mjs").Gateway} */
-let a;
-/** @type {import("./gateway.mjs").Gateway} */
-let b;
+/** @type {import("./gateway.mjs").Gateway[]} */
+let gws = [];
+let a, b, c;
 
 before(async () => {
-  const env = storeEnv({ nats: true });
-  [a, b] = await Promise.all([startGateway(env), startGateway(env)]);
-  // Each node's Muster view must list both before routing can be trusted. No trace
-  // point crosses processes, so poll the dump with a deadline. A gateway that does not
-  // serve the dump (404) is taken as it is: joins wait for Muster's join on their own.
-  for (const gw of [a, b]) {
-    const deadline = Date.now() + ROUTE_WAIT_MS;
-    for (;;) {
-      const d = await gw.request("/admin/muster", { headers: { Authorization: `Bearer ${gw.adminToken}` } });
-      const text = JSON.stringify(d.body);
-      if (d.status === 404 || (d.status === 200 && text.includes(a.nodeName) && text.includes(b.nodeName))) break;
-      if (Date.now() > deadline) {
-        throw new Error(`${gw.nodeName} never listed both nodes in /admin/muster: ${d.status} ${text.slice(0, 500)}`);
-      }
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
+  gws = await startCluster(3);
+  [a, b, c] = gws;
+  await waitClusterReady(gws);
 });
 after(async () => {
-  await Promise.all([a && a.stop(), b && b.stop()]);
+  await Promise.all(gws.map((gw) => gw.stop()));
   dropSchemas();
 });
 
-function ownerOf(gw, id) {
+function getSession(gw, id) {
   return gw.request(`/api/sessions/${id}`, { headers: { Authorization: `Bearer ${gw.apiKey}` } });
 }
 
-test("observe from anywhere: a socket on node A sees a turn that runs on node B", async (t) => {
-  const id = uniqueId("cluster-");
+function adminSessions(gw) {
+  return gw.request("/admin/sessions", { headers: { Authorization: `Bearer ${gw.adminToken}` } });
+}
+
+/** Fails unless every event's seq is the previous one's plus one, in one epoch. */
+function assertContiguous(events, what) {
+  for (let i = 1; i < events.length; i++) {
+    const p = cursorOf(events[i - 1].payload);
+    const q = cursorOf(events[i].payload);
+    assert.ok(q.epoch === p.epoch && q.seq === p.seq + 1, `${what}: e${p.epoch}·${p.seq} then e${q.epoch}·${q.seq} at ${i}`);
+  }
+}
+
+const seqs = (events) => events.map((e) => e.payload.seq);
+
+/** Runs fn; on failure prints every node's last log lines, then fails. */
+function withLogs(fn) {
+  return async (t) => {
+    try {
+      await fn(t);
+    } catch (err) {
+      for (const gw of gws) console.error(`--- ${gw.nodeName}\n${dump(gw.logs)}`);
+      throw err;
+    }
+  };
+}
+
+test("observe from anywhere: three processes, owner B, posts on B and C, a mid-turn rejoin on C", withLogs(async (t) => {
+  const id = uniqueId("s1-");
+  const topic = `session:${id}`;
+
+  // A's observer joins before anything happened.
   const sa = await openSocket(t, a);
-  const cha = sa.channel(`session:${id}`, FROM_START);
+  const cha = sa.channel(topic, {});
   const ea = recordEvents(cha, `observer on ${a.nodeName}`);
   const ja = await join(cha);
   assert.equal(ja.status, "ok", JSON.stringify(ja));
   assert.equal(ja.response.node, a.nodeName);
 
-  // Posted to B: B claims the session and runs the turn; A's socket sees it live.
-  const res = await b.postEvent(id, { type: "message", data: { text: "seen from the other node" } });
-  assert.equal(res.status, 202, JSON.stringify(res.body));
-  const first = await untilTurnEnds(ea);
-  assert.match(first.map((e) => e.type).join(" "), /^user_event turn_started( delta)+ message turn_completed$/);
-  const view = await ownerOf(a, id);
-  assert.equal(view.status, 200, JSON.stringify(view.body));
-  assert.ok(String(view.body.owner).startsWith(b.nodeName), `owner ${view.body.owner} is node B`);
+  // A first client on C watches turn 1 live, then goes away (a page reload).
+  const sc1 = await openSocket(t, c);
+  const chc1 = sc1.channel(topic, {});
+  const ec1 = recordEvents(chc1, `first client on ${c.nodeName}`);
+  assert.equal((await join(chc1)).status, "ok");
 
-  // A late joiner on B replays exactly what A saw live.
+  // Turn 1, posted on B: B claims the session and runs it.
+  const r1 = await b.postEvent(id, { type: "message", data: { text: "owned by b" } });
+  assert.equal(r1.status, 202, JSON.stringify(r1.body));
+  const turn1 = await untilTurnEnds(ea);
+  assert.match(turn1.map((e) => e.type).join(" "), /^user_event turn_started( delta){3} message turn_completed$/);
+  assert.deepEqual((await untilTurnEnds(ec1)).map((e) => e.payload), turn1.map((e) => e.payload));
+  for (const gw of gws) {
+    const v = await getSession(gw, id);
+    assert.equal(v.status, 200, JSON.stringify(v.body));
+    assert.ok(String(v.body.owner).startsWith(`${b.nodeName}/`), `${gw.nodeName} sees owner ${v.body.owner}, want node B`);
+  }
+  const lastSeenOnC = cursorOf(turn1.at(-1).payload);
+  sc1.disconnect();
+
+  // Turn 2, posted on C: forwarded to B, the owner, at B's epoch.
+  const text = Array.from({ length: WORDS }, (_, i) => `w${i}`).join(" ");
+  const r2 = await c.postEvent(id, { type: "message", data: { text } });
+  assert.equal(r2.status, 202, JSON.stringify(r2.body));
+  assert.equal(r2.body.epoch, turn1[0].payload.epoch, "the forwarded event runs under B's lease");
+  assert.deepEqual((await adminSessions(c)).body.sessions, [], "C runs no session");
+  assert.equal((await adminSessions(b)).body.sessions.length, 1, "B runs the session");
+
+  // Mid-turn (A has seen a few deltas), the client on C comes back with its cursor.
+  await ea.until((items) => items.filter((e, i) => i >= turn1.length && e.type === "delta").length >= 3, "3 deltas of turn 2");
+  const sc2 = await openSocket(t, c);
+  const chc2 = sc2.channel(topic, { last_event: lastSeenOnC });
+  const ec2 = recordEvents(chc2, `returning client on ${c.nodeName}`);
+  const jc2 = await join(chc2);
+  assert.equal(jc2.status, "ok", JSON.stringify(jc2));
+  assert.equal(jc2.response.recovered, true, JSON.stringify(jc2.response));
+  assert.equal(jc2.response.node, c.nodeName);
+  assert.ok(String(jc2.response.owner).startsWith(`${b.nodeName}/`), `join reply owner ${jc2.response.owner}`);
+
+  const all = await untilTurnEnds(ea, turn1.length);
+  const turn2 = all.slice(turn1.length);
+  const back = await untilTurnEnds(ec2);
+
+  // A got every event of both turns, in seq order, none missing.
+  assertContiguous(all, `observer on A`);
+  assert.equal(turn2.filter((e) => e.type === "delta").length, WORDS);
+  assert.equal(turn2[0].type, "user_event");
+
+  // C: replay then live, together exactly A's events after C's cursor.
+  assert.ok(jc2.response.replayed >= 1 && jc2.response.replayed < turn2.length, `replayed ${jc2.response.replayed} of ${turn2.length}: the join landed mid-turn`);
+  assert.deepEqual(seqs(back), seqs(turn2), "returning client on C: no gap, no duplicate");
+  assert.deepEqual(back.map((e) => e.payload), turn2.map((e) => e.payload));
+
+  // A late joiner on the owner replays exactly what A saw live.
   const sb = await openSocket(t, b);
-  const chb = sb.channel(`session:${id}`, FROM_START);
+  const chb = sb.channel(topic, FROM_START);
   const eb = recordEvents(chb, `late joiner on ${b.nodeName}`);
   const jb = await join(chb);
   assert.equal(jb.status, "ok");
-  assert.equal(jb.response.replayed, first.length);
-  const replay = await eb.until((items) => items.length >= first.length && items, `${first.length} replayed events`);
-  assert.deepEqual(replay.map((e) => e.payload), first.map((e) => e.payload));
-});
+  assert.equal(jb.response.replayed, all.length);
+  const replay = await eb.until((items) => items.length >= all.length && items, `${all.length} replayed events`);
+  assert.deepEqual(replay.map((e) => e.payload), all.map((e) => e.payload));
 
-test(
-  "forwarding: an event posted to a node that does not own the session runs on the owner",
-  async (t) => {
-    const id = uniqueId("forward-");
-    const sa = await openSocket(t, a);
-    const cha = sa.channel(`session:${id}`, FROM_START);
-    const ea = recordEvents(cha, `observer on ${a.nodeName}`);
-    assert.equal((await join(cha)).status, "ok");
-    const res = await b.postEvent(id, { type: "message", data: { text: "claimed by B" } });
-    assert.equal(res.status, 202, JSON.stringify(res.body));
-    const first = await untilTurnEnds(ea);
-
-    // Posted to A, which does not own it: forwarded to B; A's socket sees that turn too.
-    const res2 = await a.postEvent(id, { type: "message", data: { text: "forwarded to the owner" } });
-    assert.equal(res2.status, 202, JSON.stringify(res2.body));
-    const all = await untilTurnEnds(ea, first.length);
-    for (let i = 1; i < all.length; i++) {
-      assert.ok(compareCursor(cursorOf(all[i - 1].payload), cursorOf(all[i].payload)) < 0, `event ${i} in order`);
-    }
-    assert.ok(String((await ownerOf(b, id)).body.owner).startsWith(b.nodeName), "ownership did not move");
-    const second = all.slice(first.length);
-    assert.match(second.map((e) => e.type).join(" "), /^user_event turn_started( delta)+ message turn_completed$/);
-    assert.deepEqual(cursorOf(second[0].payload), cursorOf(res2.body), "the 202 from A names the owner's user_event");
-  },
-);
+  // The cluster is still one ready view.
+  const infos = await Promise.all(gws.map(nodeInfo));
+  assert.ok(infos.every((i) => i.cluster.status === "ready"), JSON.stringify(infos.map((i) => i.cluster)));
+}));
