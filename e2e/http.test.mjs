@@ -56,10 +56,14 @@ test("admin API: node and sessions need the admin token", async () => {
   assert.ok(JSON.stringify(sessions.body).includes(id), `the session list names ${id}`);
 });
 
-test("admin API: the Muster dump", { todo: "the gateway does not serve GET /admin/muster yet (404 not_found)" }, async () => {
+test("admin API: the Muster dump", async () => {
   const muster = await gw.request("/admin/muster", { headers: { Authorization: `Bearer ${gw.adminToken}` } });
   assert.equal(muster.status, 200, JSON.stringify(muster.body));
   assert.ok(muster.body && typeof muster.body === "object", "a JSON dump");
+  assert.ok(muster.body.muster && muster.body.muster.status, "the dump carries the scope's status");
+  assert.deepEqual(muster.body.muster.members.map((m) => m.name ?? m.Name ?? m), [muster.body.node].map((n) => n), "a lone node's view is itself");
+  const denied = await gw.request("/admin/muster");
+  assert.equal(denied.status, 401);
 });
 
 test("health, readiness and metrics", async () => {

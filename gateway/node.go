@@ -282,7 +282,8 @@ func (n *Node) Drain(ctx context.Context) error {
 	if serr := n.endpoint.Shutdown(ctx); err == nil {
 		err = serr
 	}
-	if n.scope != nil {
+	// A node alone in the view has no peer to hand its router role to.
+	if n.scope != nil && len(n.scope.Members()) > 1 {
 		if merr := n.scope.Drain(ctx); err == nil {
 			err = merr
 		}
