@@ -3,11 +3,16 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/internal/testenv"
@@ -156,4 +161,92 @@ func joinObserver(t *testing.T, c *proctest.Cluster, p *proctest.Proc, id string
 		t.Fatal(err)
 	}
 	return s
+}
+
+// dbRow is a session's lease and checkpoint as Postgres holds them.
+type dbRow struct {
+	Owner           string
+	Epoch           int64
+	Remaining       time.Duration // expires_at - now() on the database clock
+	CheckpointEpoch int64
+	Checkpoint      string // the checkpoint document
+}
+
+// readRow reads session id's lease and checkpoint rows.
+func readRow(t *testing.T, c *proctest.Cluster, id string) dbRow {
+	t.Helper()
+	ctx := timeout(t, 10*time.Second)
+	conn, err := pgx.Connect(ctx, c.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var r dbRow
+	var micros int64
+	err = conn.QueryRow(ctx, `SELECT owner_node, epoch, (extract(epoch FROM expires_at - now()) * 1000000)::bigint
+		FROM agent_leases WHERE agent_key = $1`, id).Scan(&r.Owner, &r.Epoch, &micros)
+	if err != nil {
+		t.Fatalf("lease row of %s: %v", id, err)
+	}
+	r.Remaining = time.Duration(micros) * time.Microsecond
+	err = conn.QueryRow(ctx, `SELECT epoch, data::text FROM agent_checkpoints WHERE key = $1`, id).Scan(&r.CheckpointEpoch, &r.Checkpoint)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("checkpoint row of %s: %v", id, err)
+	}
+	return r
+}
+
+// metric reads one unlabelled counter or gauge from p's /metrics.
+func metric(t *testing.T, p *proctest.Proc, name string) float64 {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(timeout(t, 10*time.Second), http.MethodGet, p.URL()+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %q", name, line)
+			}
+			return f
+		}
+	}
+	t.Fatalf("metric %s not found on %s", name, p.Name())
+	return 0
+}
+
+// waitMetric polls p's metric until it reaches want.
+func waitMetric(t *testing.T, p *proctest.Proc, name string, want float64) {
+	t.Helper()
+	ctx := timeout(t, 20*time.Second)
+	for metric(t, p, name) < want {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s on %s stayed below %v", name, p.Name(), want)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// setLease writes session id's lease row directly: held by owner for ttl
+// (an impostor owner for forward tests).
+func setLease(t *testing.T, c *proctest.Cluster, id, owner string, epoch int64, ttl time.Duration) {
+	t.Helper()
+	ctx := timeout(t, 10*time.Second)
+	conn, err := pgx.Connect(ctx, c.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, `INSERT INTO agent_leases (agent_key, owner_node, epoch, expires_at)
+		VALUES ($1, $2, $3, now() + $4::interval)
+		ON CONFLICT (agent_key) DO UPDATE SET owner_node = EXCLUDED.owner_node, epoch = EXCLUDED.epoch, expires_at = EXCLUDED.expires_at`,
+		id, owner, epoch, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
 }

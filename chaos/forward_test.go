@@ -1,0 +1,189 @@
+package chaos
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testenv"
+)
+
+// The four outcomes of a forward (DESIGN.md "Event (write)"), each produced
+// with real processes, NATS and the process controls.
+
+// TestForwardAccepted: a non-owner forwards to the owner, which accepts:
+// the caller gets the owner's 202 at the owner's epoch.
+func TestForwardAccepted(t *testing.T) {
+	c := newCluster(t, nil)
+	a, b := c.Start("a", nil), c.Start("b", nil)
+	const id = "fwd-accepted"
+	first := mustAccept(t, c, a, id, proctest.Event{Text: "on the owner", Key: "k1"})
+	fwd := mustAccept(t, c, b, id, proctest.Event{Text: "via b", Key: "k2"})
+	if fwd.Epoch != first.Epoch || fwd.Seq <= first.Seq || fwd.Duplicate {
+		t.Fatalf("forwarded event accepted as %+v after %+v", fwd, first)
+	}
+	if got := metric(t, b, "relay_forwards_total"); got != 1 {
+		t.Errorf("b forwarded %v times, want 1", got)
+	}
+	if got := metric(t, b, "relay_events_accepted_total"); got != 0 {
+		t.Errorf("b accepted %v events itself, want 0", got)
+	}
+	if got := metric(t, a, "relay_events_accepted_total"); got != 2 {
+		t.Errorf("a accepted %v events, want 2", got)
+	}
+	// The forwarded key is the owner's: a re-send through b is a duplicate.
+	dup := mustAccept(t, c, b, id, proctest.Event{Text: "via b", Key: "k2"})
+	if !dup.Duplicate || dup.Seq != fwd.Seq {
+		t.Errorf("re-sent key answered %+v, want the duplicate of %+v", dup, fwd)
+	}
+	view := waitView(t, c, b, id, "both turns", turnsDone(2))
+	if got := userCounts(view.History); got["on the owner"] != 1 || got["via b"] != 1 {
+		t.Errorf("history %+v", view.History)
+	}
+}
+
+// TestForwardTimeout: the owner's process is frozen (SIGSTOP) with its
+// lease live, so the forward gets no answer in time: 504 forward_timeout,
+// "may have been accepted". Once the owner runs again it does accept the
+// late request; the client's re-send with the same key is then a
+// duplicate, and the event is in the history once.
+func TestForwardTimeout(t *testing.T) {
+	// The lease outlives the 5 s forward timeout, so the owner keeps it.
+	c := newCluster(t, map[string]string{"LEASE_TTL": "10s", "LEASE_RENEW": "1s"})
+	a, b := c.Start("a", nil), c.Start("b", nil)
+	const id = "fwd-timeout"
+	mustAccept(t, c, a, id, proctest.Event{Text: "first", Key: "k1"})
+	waitView(t, c, a, id, "the first turn", turnsDone(1))
+
+	if err := a.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	r := post(t, c, b, id, proctest.Event{Text: "late", Key: "k-late"})
+	if err := a.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != http.StatusGatewayTimeout || r.Code != "forward_timeout" || r.Retry != nil ||
+		!strings.Contains(r.Message, "may have been accepted") {
+		t.Fatalf("forward to a frozen owner: %v, want 504 forward_timeout", r)
+	}
+	// The resumed owner handles the request it had queued.
+	waitMetric(t, a, "relay_events_accepted_total", 2)
+	again := mustAccept(t, c, b, id, proctest.Event{Text: "late", Key: "k-late"})
+	if !again.Duplicate {
+		t.Errorf("re-send after the timeout accepted as a new event %+v; the owner had accepted it", again)
+	}
+	view := waitView(t, c, b, id, "the late turn", turnsDone(2))
+	if got := userCounts(view.History)["late"]; got != 1 {
+		t.Errorf("late event %d times in the history", got)
+	}
+	if owner := readRow(t, c, id).Owner; !strings.HasPrefix(owner, "a/") {
+		t.Errorf("owner %s, want a's incarnation (the pause was shorter than the lease)", owner)
+	}
+}
+
+// TestForwardRemoteError: the owner answers with an error. A real node
+// answers a malformed forward with invalid_body; a stand-in owner (a lease
+// row naming it, a NATS responder on its forward subject) answers
+// session_busy, an internal error, and a reply that is not JSON: the caller
+// surfaces each with its own code and no retry directive.
+func TestForwardRemoteError(t *testing.T) {
+	c := newCluster(t, nil)
+	a := c.Start("a", nil)
+	nc := testenv.NATSConn(t)
+
+	msg, err := nc.Request(c.Name+".fwd.a", []byte("not json"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct{ Error, Message string }
+	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Error != "invalid_body" {
+		t.Fatalf("malformed forward answered %s", msg.Data)
+	}
+
+	const id = "fwd-remote-error"
+	setLease(t, c, id, "ghost/1", 7, time.Hour)
+	answers := make(chan []byte, 1)
+	sub, err := nc.Subscribe(c.Name+".fwd.ghost", func(m *nats.Msg) {
+		var req struct {
+			Session string `json:"session"`
+			Owner   string `json:"owner"`
+		}
+		if json.Unmarshal(m.Data, &req) != nil || req.Session != id || req.Owner != "ghost/1" {
+			t.Errorf("stand-in owner got %s", m.Data)
+		}
+		_ = m.Respond(<-answers)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		answer string
+		status int
+		code   string
+	}{
+		{`{"error":"session_busy","message":"the session has too many queued events"}`, http.StatusTooManyRequests, "session_busy"},
+		{`{"error":"internal","message":"internal error"}`, http.StatusBadGateway, "forward_failed"},
+		{`<html>not a reply</html>`, http.StatusBadGateway, "forward_failed"},
+	} {
+		answers <- []byte(tc.answer)
+		r := post(t, c, a, id, proctest.Event{Text: "x", Key: "k"})
+		if r.Status != tc.status || r.Code != tc.code || r.Retry != nil {
+			t.Errorf("owner answered %s: got %v, want %d %s without a retry directive", tc.answer, r, tc.status, tc.code)
+		}
+	}
+	if got := metric(t, a, "relay_events_accepted_total"); got != 0 {
+		t.Errorf("a accepted %v events while another owner's lease was live", got)
+	}
+}
+
+// TestForwardUnreachable: the owner is gone (SIGKILL) but its lease is
+// live. The forward finds no responders, the node re-resolves with a fresh
+// claim, meets the same live lease, finds no responders again and refuses
+// with a retry directive whose delay is the holder's remaining lease time.
+// After the lease lapses, the re-sent event takes the session over.
+func TestForwardUnreachable(t *testing.T) {
+	c := newCluster(t, nil)
+	a, b := c.Start("a", nil), c.Start("b", nil)
+	ttl := c.Duration("LEASE_TTL")
+	const id = "fwd-unreachable"
+	first := mustAccept(t, c, a, id, proctest.Event{Text: "first", Key: "k1"})
+	waitView(t, c, a, id, "the first turn", turnsDone(1))
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	from := b.Logs().Len()
+	r := post(t, c, b, id, proctest.Event{Text: "second", Key: "k2"})
+	if r.Status != http.StatusServiceUnavailable || r.Code != "session_moving" || r.Retry == nil {
+		t.Fatalf("post with the owner dead and its lease live: %v", r)
+	}
+	if after := time.Duration(r.Retry.AfterMS) * time.Millisecond; after <= 0 || after > ttl+100*time.Millisecond {
+		t.Errorf("retry after %v, want the holder's remaining lease (at most TTL %v)", after, ttl)
+	}
+	if n := b.Logs().Count(from, proctest.Msg("owner unreachable; re-resolving with a fresh claim", "session", id)); n != 2 {
+		t.Errorf("b logged %d unreachable hops, want 2", n)
+	}
+	out := c.Client().Deliver(timeout(t, 20*time.Second), func(int) string { return b.URL() }, id, proctest.Event{Text: "second", Key: "k2"})
+	if out.Err != nil || out.Accepted.Epoch != first.Epoch+1 {
+		t.Fatalf("after the lease lapsed: %v %+v", out.Err, out.Accepted)
+	}
+
+	// A holder that never existed: the directive's delay follows the
+	// remaining time the database reports for it.
+	const ghostID = "fwd-unreachable-ghost"
+	setLease(t, c, ghostID, "ghost/1", 3, 30*time.Second)
+	r = post(t, c, b, ghostID, proctest.Event{Text: "x", Key: "k"})
+	if r.Status != http.StatusServiceUnavailable || r.Code != "session_moving" || r.Retry == nil {
+		t.Fatalf("post to a session held by an unreachable node: %v", r)
+	}
+	if r.Retry.AfterMS < 25_000 || r.Retry.AfterMS > 30_100 || r.Retry.BudgetMS <= r.Retry.AfterMS || r.RetryAfter == "" {
+		t.Errorf("directive %+v (Retry-After %q), want a delay near the 30 s left on the lease", *r.Retry, r.RetryAfter)
+	}
+}
