@@ -29,8 +29,9 @@ type Channel struct {
 
 	mu          sync.Mutex
 	state       chanState
-	held        []heldFrame // frames that arrived while joining
-	closeOnJoin bool        // Close was called while joining
+	held        []heldFrame             // frames that arrived while joining
+	skip        func(b *Broadcast) bool // JoinResult.Skip, kept for later broadcasts
+	closeOnJoin bool                    // Close was called while joining
 }
 
 // heldFrame is a frame waiting for the join reply. b is non-nil for
@@ -148,6 +149,10 @@ func (ch *Channel) deliver(f Frame, b *Broadcast) bool {
 		ch.sock.ep.cfg.Tracer.Emit("channel.held", "topic", ch.topic, "join_ref", ch.joinRef.String())
 		return true
 	case stateJoined:
+		if b != nil && ch.skip != nil && ch.skip(b) {
+			ch.sock.ep.cfg.Tracer.Emit("channel.skipped", "topic", ch.topic, "join_ref", ch.joinRef.String())
+			return false
+		}
 		return ch.sock.enqueue(f)
 	default:
 		return false
@@ -172,6 +177,7 @@ func (ch *Channel) joined(reply Frame, then []Frame, skip func(*Broadcast) bool)
 		ch.sock.enqueue(h.f)
 	}
 	ch.held = nil
+	ch.skip = skip
 	ch.state = stateJoined
 	return ch.closeOnJoin
 }

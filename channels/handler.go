@@ -41,7 +41,8 @@ type JoinResult struct {
 	// Then are pushes (with the join_ref) written right after the reply,
 	// before any held or later broadcast: a replay.
 	Then []Push
-	// Skip is applied to broadcasts that arrived between Channel.Subscribe
-	// and the reply; true drops the broadcast. Nil keeps them all.
+	// Skip is applied to every broadcast after Channel.Subscribe: those held
+	// until the reply and every later one (a replayed event's live copy may
+	// arrive after the reply); true drops the broadcast. Nil keeps them all.
 	Skip func(b *Broadcast) bool
 }

@@ -17,7 +17,6 @@ import (
 func BenchmarkIdleSocketMemory(b *testing.B) {
 	const n = 500
 	for b.Loop() {
-		b.StopTimer()
 		ts := newTestServer(b, EndpointConfig{}, map[string]Handler{"room:*": newFuncHandler()})
 		addr := strings.TrimPrefix(ts.srv.URL, "http://")
 		before := memInUse()
@@ -30,7 +29,6 @@ func BenchmarkIdleSocketMemory(b *testing.B) {
 		for _, c := range conns {
 			_ = c.Close()
 		}
-		b.StartTimer()
 	}
 }
 
