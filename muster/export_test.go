@@ -92,3 +92,12 @@ func (s *Scope) Depart(node string, inc uint64) {
 func (s *Scope) SendDiscover(to string) {
 	s.send(to, &wireMsg{Kind: kindDiscover, Inc: s.inc.Load()})
 }
+
+// ShardIndex returns the index of the shard owning group.
+func (s *Scope) ShardIndex(group string) int { return s.shardFor(group).idx }
+
+// DropRow deletes a present row outright (simulates a lost row).
+func (s *Scope) DropRow(g, source string) bool {
+	r, ok := s.occ.row(g, source)
+	return ok && s.occ.deleteExact(g, source, r.Seq)
+}

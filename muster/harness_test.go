@@ -245,3 +245,21 @@ func waitState(t testing.TB, s *muster.Scope, g string, st string) {
 func kindOf(kind, node string, kv ...any) trace.Matcher {
 	return trace.Kind(kind, append([]any{"node", node}, kv...)...)
 }
+
+// withList narrows m to events whose field key is the string list want
+// (trace.Kind compares with ==, which slices do not support).
+func withList(m trace.Matcher, key string, want []string) trace.Matcher {
+	return func(e trace.Event) bool {
+		got, ok := e.Get(key).([]string)
+		return m(e) && ok && slices.Equal(got, want)
+	}
+}
+
+// mark returns the seq of the last trace event so far (for WaitAfter).
+func (c *cluster) mark() uint64 {
+	evs := c.tr.Events()
+	if len(evs) == 0 {
+		return 0
+	}
+	return evs[len(evs)-1].Seq
+}

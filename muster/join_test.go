@@ -195,7 +195,7 @@ func TestShardCrashInRemoteJoinWindows(t *testing.T) {
 			a.FlushAll()
 			waitState(t, a, g, "nil")
 			eventually(t, 5*time.Second, "router row retracted", func() bool { return len(b.Occupancy(g)) == 0 })
-			if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_shard_rebuilt", "a")); err != nil {
+			if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_shard_crash", "a")); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -217,7 +217,7 @@ func TestShardCrashInLocalJoinWindows(t *testing.T) {
 			if !errors.Is(err, muster.ErrRestarted) {
 				t.Fatalf("join = %v, want ErrRestarted", err)
 			}
-			if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_shard_rebuilt", "a")); err != nil {
+			if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_shard_crash", "a")); err != nil {
 				t.Fatal(err)
 			}
 			eventually(t, 5*time.Second, "member kept and row asserted", func() bool {

@@ -84,7 +84,9 @@ func (c *coordinator) onInbound(from string, m *wireMsg) {
 		}
 		c.recomputeMembers()
 		if m.Kind == kindDiscover {
-			s.send(from, c.discoverMsg(kindDiscoverOK, from))
+			ack := c.discoverMsg(kindDiscoverOK, from)
+			s.tr.Emit("muster_discover_ack_sent", "scope", s.name, "node", s.self, "to", from, "withheld", ack.View == nil)
+			s.send(from, ack)
 		}
 		c.recomputeStatus()
 	case kindMarker:
@@ -218,6 +220,7 @@ func (c *coordinator) announce(skip map[string]bool) {
 		if _, owed := c.owed[m.Name]; owed {
 			continue
 		}
+		s.tr.Emit("muster_marker_sent", "scope", s.name, "node", s.self, "to", m.Name, "view_hash", h, "seq", wm)
 		s.send(m.Name, &wireMsg{Kind: kindMarker, Inc: s.inc.Load(), View: &h, Seq: wm})
 	}
 }

@@ -268,19 +268,3 @@ func (t *occTable) reap(cutoff time.Time) int {
 	}
 	return n
 }
-
-// counts returns the number of present rows and tombstones.
-func (t *occTable) counts() (present, tombs int) {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	for _, m := range t.rows {
-		for _, r := range m {
-			if r.Tomb {
-				tombs++
-			} else {
-				present++
-			}
-		}
-	}
-	return
-}

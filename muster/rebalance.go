@@ -255,6 +255,7 @@ func (c *coordinator) applyRound(from string, m *wireMsg) error {
 		s.tr.Emit("muster_round_apply", "span", "dropped", "scope", s.name, "node", s.self, "source", from, "seq", m.Seq)
 		return nil
 	}
+	s.crashPoint("coordinator.round.apply")
 	switch s.occ.applyRound(from, m.Groups, m.Seq, m.Full, time.Now()) {
 	case admitDeparted:
 		c.sendExpelled(NodeID{from, m.Inc})
