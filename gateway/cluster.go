@@ -60,6 +60,17 @@ func (n *Node) buildCluster(ctx context.Context) error {
 	if mcfg.PeerDownAfter == 0 {
 		mcfg.PeerDownAfter = n.cfg.MusterPeerDown
 	}
+	if mcfg.DrainSettle == 0 {
+		// Muster's own default settle is its RPC timeout (5 s), longer than
+		// a short DRAIN_WINDOW: the drain would always run out the window.
+		// Keep the settle to a fifth of the window, after the sessions'
+		// hand-back and the sockets' close.
+		settle := mcfg.RPCTimeout
+		if settle == 0 {
+			settle = 5 * time.Second
+		}
+		mcfg.DrainSettle = min(settle, n.cfg.DrainWindow/5)
+	}
 	mcfg.Name = scopeSessions
 	mcfg.Node = n.name
 	mcfg.Incarnation = n.incarnationNum
