@@ -47,7 +47,7 @@ const StartTimeout = 30 * time.Second
 // test). env holds settings for every node (e.g. "LEASE_TTL": "2s") over
 // these defaults: LOG_LEVEL info, ECHO_DELAY 5ms, DRAIN_WINDOW 5s, LEASE_TTL
 // 2s, LEASE_RENEW 500ms, MUSTER_HEARTBEAT 200ms, MUSTER_PING 50ms,
-// MUSTER_PEER_DOWN 1s. It starts no node.
+// MUSTER_PEER_DOWN 1s, GORACE atexit_sleep_ms=0. It starts no node.
 func NewCluster(t testing.TB, bin string, env map[string]string) *Cluster {
 	t.Helper()
 	c := &Cluster{
@@ -86,6 +86,8 @@ func NewCluster(t testing.TB, bin string, env map[string]string) *Cluster {
 		"MUSTER_HEARTBEAT": "200ms",
 		"MUSTER_PING":      "50ms",
 		"MUSTER_PEER_DOWN": "1s",
+		// A race-enabled binary otherwise sleeps 1 s at exit.
+		"GORACE": "atexit_sleep_ms=0",
 	}
 	for k, v := range env {
 		c.env[k] = v
