@@ -90,6 +90,13 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 		reply.Recovered, reply.Reason = false, "replay_truncated"
 	}
 	for _, ev := range events {
+		// Every event gets the next seq, so a forward jump means events the
+		// log does not hold (appends lost while it was unreachable, or a
+		// turn's final events an owner reserved and died before emitting):
+		// the client must refetch, as when the log was trimmed.
+		if ev.Seq > last.Seq+1 && reply.Recovered {
+			reply.Recovered, reply.Reason = false, "replay_truncated"
+		}
 		b, err := json.Marshal(ev)
 		if err != nil {
 			continue
