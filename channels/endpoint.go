@@ -140,7 +140,7 @@ func (e *Endpoint) Stats() Stats { return e.stats.snapshot() }
 // non-GET → 400; draining → 503; Origin not allowed → 403; vsn not 1.x/2.x →
 // 403; Connect error → 403; then the WebSocket upgrade, answering
 // Sec-WebSocket-Protocol: phoenix when the client offered it. It returns
-// when the socket has ended.
+// as soon as the socket is attached; the socket is read on its own goroutine.
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.WriteHeader(http.StatusBadRequest)
@@ -176,7 +176,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if offeredPhoenix {
 		opts.Subprotocols = []string{"phoenix"}
 	}
-	conn, err := websocket.Accept(w, r, opts)
+	conn, err := websocket.Accept(smallBufWriter{w}, r, opts)
 	if err != nil {
 		return // Accept has answered
 	}
@@ -186,6 +186,14 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
 		return
 	}
+	// Read on a fresh goroutine and let the HTTP handler return: the
+	// request, the router's frames and the deeper stack are released, which
+	// is most of an idle socket's memory after its buffers.
+	go e.readLoop(conn, s)
+}
+
+// readLoop feeds a socket's inbound frames to it until the connection ends.
+func (e *Endpoint) readLoop(conn *websocket.Conn, s *Socket) {
 	defer s.End()
 	for {
 		typ, data, err := conn.Read(context.Background())

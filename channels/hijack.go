@@ -1,0 +1,61 @@
+package channels
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+)
+
+// Buffer sizes of an upgraded connection. net/http hands a hijacked
+// connection over with 4 KiB read and write buffers, which the WebSocket
+// library keeps for the connection's life: 8 KiB of every idle socket. Client
+// frames are small (joins, pushes, heartbeats) and server frames are written
+// one message at a time, so smaller buffers cost a few more syscalls only for
+// messages larger than them.
+const (
+	connReadBuffer  = 1024
+	connWriteBuffer = 2048
+)
+
+// smallBufWriter hands coder/websocket a hijacked connection with small
+// buffers. Bytes net/http had already buffered are carried over.
+type smallBufWriter struct {
+	http.ResponseWriter
+}
+
+func (w smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	var src io.Reader = c
+	n := brw.Reader.Buffered()
+	if n > 0 {
+		early := make([]byte, n)
+		_, _ = io.ReadFull(brw.Reader, early)
+		src = io.MultiReader(&onceReader{b: early}, c)
+	}
+	br := bufio.NewReaderSize(src, max(connReadBuffer, n))
+	if n > 0 {
+		// Pull the early bytes into the new buffer: the WebSocket library
+		// keeps what is buffered and reads the rest from c directly.
+		_, _ = br.Peek(n)
+	}
+	return c, bufio.NewReadWriter(br, bufio.NewWriterSize(c, connWriteBuffer)), nil
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w smallBufWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// onceReader yields b, then io.EOF.
+type onceReader struct{ b []byte }
+
+func (r *onceReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
