@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 5s
 PKGS := ./...
 
-.PHONY: run build web node_modules test lint unit fuzz e2e services bench load cluster clean
+.PHONY: run build web node_modules test lint unit fuzz e2e services bench load cluster load-cluster clean
 
 run: web
 	$(GO) run ./cmd/gateway
@@ -46,6 +46,16 @@ e2e: build
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# Three cluster-mode nodes on :4001-:4003 against the local Postgres, Redis and
+# NATS; prints URLs and tokens; Ctrl-C stops them (scripts/cluster.sh).
+cluster: build
+	@scripts/cluster.sh
+
+# Bounded load run over three loopback cluster nodes: 10,000 sockets on one
+# topic; SOCKETS, RATE, DURATION, PROCS override (scripts/load-cluster.sh).
+load-cluster: web
+	@scripts/load-cluster.sh
 
 clean:
 	rm -rf bin web/dist/*.js web/dist/*.map

@@ -59,7 +59,7 @@ func main() {
 	flag.IntVar(&o.sockets, "sockets", 100, "number of sockets")
 	flag.IntVar(&o.sessions, "sessions", 1, "number of sessions; socket i joins session i mod sessions")
 	flag.StringVar(&o.prefix, "prefix", fmt.Sprintf("load-%d", time.Now().Unix()), "session id prefix")
-	flag.Float64Var(&o.rate, "rate", 4, "event POSTs per second per session (0: none, idle sockets)")
+	flag.Float64Var(&o.rate, "rate", 4, "event POSTs per second per session (0: none, idle sockets; negative: post nothing but measure deliveries for -duration, for a second load process beside one that posts)")
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "how long to post events")
 	flag.IntVar(&o.connectRate, "connect-rate", 2000, "new sockets per second")
 	flag.DurationVar(&o.hold, "hold", 0, "with -rate 0: how long to hold idle sockets before measuring")
@@ -136,7 +136,7 @@ func run(ctx context.Context, o options) error {
 			mib(before.rss), mib(afterJoin.rss), float64(d)/1024/float64(o.sockets-joinErrs))
 	}
 
-	if o.rate <= 0 {
+	if o.rate == 0 {
 		if o.hold > 0 {
 			select {
 			case <-time.After(o.hold):
@@ -181,6 +181,13 @@ func sessionName(o options, i int) string { return fmt.Sprintf("%s-%d", o.prefix
 // postLoop posts events at the configured rate until the duration ends and
 // returns the number of requests that failed for good.
 func postLoop(ctx context.Context, o options, st *stats) int64 {
+	if o.rate < 0 { // measure only
+		select {
+		case <-time.After(o.duration):
+		case <-ctx.Done():
+		}
+		return 0
+	}
 	var failed atomic.Int64
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / o.rate)
