@@ -141,6 +141,9 @@ func (c *cluster) closeAll() {
 		_ = s.Close()
 	}
 	c.net.Close()
+	if c.tr == nil {
+		return
+	}
 	if f := c.tr.Failures(); len(f) > 0 {
 		c.t.Errorf("trace park failures: %v", f)
 	}

@@ -233,6 +233,14 @@ func (c *coordinator) onRoundDone(d *roundDone) {
 	if d.err == nil {
 		if c.owed[d.router.Name] == d.seq {
 			delete(c.owed, d.router.Name)
+			// The bare markers this router missed while owed ride this ack:
+			// its data is applied, so announce the current view now rather
+			// than at the next heartbeat.
+			if c.pending == nil && !c.leaving && slices.Contains(c.members, d.router) {
+				h, wm := c.hash, c.viewSeq
+				s.tr.Emit("muster_marker_sent", "scope", s.name, "node", s.self, "to", d.router.Name, "view_hash", h, "seq", wm)
+				s.send(d.router.Name, &wireMsg{Kind: kindMarker, Inc: s.inc.Load(), View: &h, Seq: wm})
+			}
 		}
 		return
 	}

@@ -616,3 +616,21 @@ func TestAntiEntropyRepairsLostRow(t *testing.T) {
 		t.Fatal("anti-entropy recorded an owed snapshot")
 	}
 }
+
+// The event-driven path converges growth and shrink on its own (the view
+// heartbeat is only the backstop): with the heartbeat an hour away, a round
+// still owed when the next view commits announces that view on its ack.
+func TestConvergesWithoutHeartbeat(t *testing.T) {
+	c := newCluster(t, 1)
+	c.mod = func(_ string, cfg *muster.Config) {
+		cfg.ViewHeartbeat = time.Hour
+		cfg.PingInterval = 10 * time.Second
+		cfg.PeerDownAfter = time.Minute
+	}
+	for _, n := range []string{"a", "b", "c", "d"} {
+		c.add(n)
+	}
+	c.waitReady("a", "b", "c", "d")
+	c.stop("d")
+	c.waitReady("a", "b", "c")
+}
