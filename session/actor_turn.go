@@ -64,6 +64,21 @@ func (a *actor) accept(req *submitReq) {
 	}
 	a.keys.add(in.IdempotencyKey, ev.Pos())
 	a.pending = append(a.pending, pendingInput{Input: in, Epoch: ev.Epoch, Seq: ev.Seq})
+	if a.turn != nil {
+		// Queued behind a running turn: without a checkpoint now, the
+		// accepted input and its key would live only in memory until the
+		// turn ends, and a crash of this node would lose them. A failed
+		// write answers the submit with its error (the input stays queued
+		// here; a re-send with its key is a duplicate).
+		if err := a.checkpoint(a.ctx, 0); err != nil {
+			if errors.Is(err, ErrFenced) {
+				a.fence("accept", err)
+			}
+			a.publishView()
+			req.reply <- submitReply{err: err}
+			return
+		}
+	}
 	a.publishView()
 	a.m.stats.accepted.Add(1)
 	a.m.tr.Emit("session.accepted", "owner", a.m.cfg.Owner, "session", a.id, "epoch", ev.Epoch, "seq", ev.Seq)
