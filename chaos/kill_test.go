@@ -182,3 +182,38 @@ func userSocketCounts(evs []proctest.SessionEvent) map[string]int {
 	}
 	return out
 }
+
+// TestKillOwnerKeepsQueuedEvents: events the owner accepted (202) while a
+// turn was running wait in its mailbox for their turn. When the owner is
+// killed mid-turn, those accepted events are not lost: the next owner
+// thaws them from the checkpoint as pending and runs them, each once. The
+// killed turn itself is lost, as the lease article says of a crash.
+func TestKillOwnerKeepsQueuedEvents(t *testing.T) {
+	c := newCluster(t, map[string]string{"ECHO_DELAY": "100ms"})
+	a, b := c.Start("a", nil), c.Start("b", nil)
+	const id = "kill-queued"
+	mustAccept(t, c, a, id, proctest.Event{Text: words("Q", 40), Key: "k-long"})
+	waitLogged(t, c, id, "the long turn's second word", isDelta("Q2"))
+	const queued = 3
+	for i := range queued {
+		mustAccept(t, c, a, id, proctest.Event{Text: fmt.Sprintf("queued %d", i), Key: fmt.Sprintf("k-queued-%d", i)})
+	}
+	if err := a.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	out := c.Client().Deliver(timeout(t, 20*time.Second), func(int) string { return b.URL() }, id, proctest.Event{Text: "after", Key: "k-after"})
+	if out.Err != nil {
+		t.Fatal(out.Err)
+	}
+	view := waitView(t, c, b, id, "the queued turns", turnsDone(queued+1))
+	counts := userCounts(view.History)
+	for i := range queued {
+		if txt := fmt.Sprintf("queued %d", i); counts[txt] != 1 {
+			t.Errorf("accepted event %q is %d times in the history after the owner died: %+v", txt, counts[txt], view.History)
+		}
+	}
+	// Their keys survived too: re-sending is a duplicate.
+	if r := mustAccept(t, c, b, id, proctest.Event{Text: "queued 0", Key: "k-queued-0"}); !r.Duplicate {
+		t.Errorf("re-sent queued key accepted as new: %+v", r)
+	}
+}
