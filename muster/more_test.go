@@ -171,7 +171,11 @@ type recMetrics struct {
 	floods int
 }
 
-func (r *recMetrics) StatusChanged(_, to muster.Status) { r.mu.Lock(); r.status = append(r.status, to); r.mu.Unlock() }
+func (r *recMetrics) StatusChanged(_, to muster.Status) {
+	r.mu.Lock()
+	r.status = append(r.status, to)
+	r.mu.Unlock()
+}
 func (r *recMetrics) Rebalanced(int, int, int, int, time.Duration) {
 	r.mu.Lock()
 	r.rebal++
