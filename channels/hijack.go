@@ -19,12 +19,15 @@ const (
 )
 
 // smallBufWriter hands coder/websocket a hijacked connection with small
-// buffers. Bytes net/http had already buffered are carried over.
+// buffers, writing through a corkWriter (kept in cork) so the socket's writer
+// can send a batch of messages with one syscall. Bytes net/http had already
+// buffered are carried over.
 type smallBufWriter struct {
 	http.ResponseWriter
+	cork *corkWriter
 }
 
-func (w smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (w *smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	c, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -42,11 +45,12 @@ func (w smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		// keeps what is buffered and reads the rest from c directly.
 		_, _ = br.Peek(n)
 	}
-	return c, bufio.NewReadWriter(br, bufio.NewWriterSize(c, connWriteBuffer)), nil
+	w.cork = &corkWriter{conn: c}
+	return c, bufio.NewReadWriter(br, bufio.NewWriterSize(w.cork, connWriteBuffer)), nil
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
-func (w smallBufWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *smallBufWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // onceReader yields b, then io.EOF.
 type onceReader struct{ b []byte }

@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 )
@@ -91,6 +92,9 @@ const maxIdleQueueCap = 16
 // requested.
 func (s *Socket) writeLoop() {
 	defer s.writers.Done()
+	if d := s.ep.cfg.WriteDelay; d > 0 {
+		time.Sleep(d) // coalesce the burst that woke the writer
+	}
 	batch := s.takeSpare()
 	for {
 		s.outMu.Lock()

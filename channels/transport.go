@@ -21,16 +21,30 @@ type Transport interface {
 	Close(code CloseCode, reason string) error
 }
 
-// wsTransport adapts a coder/websocket connection. Each batch write is
-// bounded by timeout.
+// wsTransport adapts a coder/websocket connection. A batch is written with
+// one syscall through cork (nil: one write per message), bounded by timeout.
 type wsTransport struct {
 	conn    *websocket.Conn
+	cork    *corkWriter
 	timeout time.Duration
 }
 
 func (t wsTransport) Write(ctx context.Context, frames []Frame) error {
-	ctx, cancel := context.WithTimeout(ctx, t.timeout)
-	defer cancel()
+	if t.cork == nil {
+		ctx, cancel := context.WithTimeout(ctx, t.timeout)
+		defer cancel()
+		return t.writeAll(ctx, frames)
+	}
+	// The messages land in memory; only the uncork touches the network.
+	t.cork.cork()
+	err := t.writeAll(ctx, frames)
+	if uerr := t.cork.uncork(t.timeout); err == nil {
+		err = uerr
+	}
+	return err
+}
+
+func (t wsTransport) writeAll(ctx context.Context, frames []Frame) error {
 	for _, f := range frames {
 		typ := websocket.MessageText
 		if f.Binary {

@@ -125,6 +125,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxFrameBytes:    cfg.MaxFrameBytes,
 		QueueSize:        cfg.SocketQueue,
+		WriteDelay:       cfg.WriteDelay,
 		Logger:           n.log,
 	})
 	n.endpoint.Handle("session:*", sessionChannel{n: n})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -38,6 +39,15 @@ func (n *Node) buildStores(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("gateway: redis url: %w", err)
 		}
+		// No client retries: an append is a fenced write with an explicit
+		// entry id, and a retried XADD that had landed would come back as
+		// "id not above the top", a false fence. Fail fast instead; the
+		// actor counts a failed append and keeps publishing live.
+		opt.MaxRetries = -1
+		opt.DialTimeout = time.Second
+		opt.ReadTimeout = time.Second
+		opt.WriteTimeout = time.Second
+		opt.PoolTimeout = time.Second
 		client := redis.NewClient(opt)
 		n.closers = append(n.closers, func() { _ = client.Close() })
 		n.replay = session.NewRedisReplayLog(client, session.RedisReplayConfig{
