@@ -55,16 +55,25 @@ func (c *coordinator) dropStale() {
 	if c.pending != nil {
 		return
 	}
-	for _, e := range s.occ.snapshot() {
-		if e.Tomb || cur.Find(e.Group) == s.self {
-			continue
+	// Judge under the table's read lock without copying it: routing is
+	// checked per group once, and most rows are for groups we route.
+	routed := map[string]bool{}
+	stale := s.occ.scan(func(g, source string, r *occRow) bool {
+		mine, ok := routed[g]
+		if !ok {
+			mine = cur.Find(g) == s.self
+			routed[g] = mine
 		}
-		if e.Source != s.self {
-			v, ok := c.views[e.Source]
-			if !ok || v.Transition || v.Hash != c.hash || !e.Seq.LessEq(v.Seq) {
-				continue
-			}
+		if mine {
+			return false
 		}
+		if source == s.self {
+			return true
+		}
+		v, ok := c.views[source]
+		return ok && !v.Transition && v.Hash == c.hash && r.Seq.LessEq(v.Seq)
+	})
+	for _, e := range stale {
 		s.crashPoint("coordinator.sweep.judged")
 		s.tr.Emit("muster_drop_stale_judged", "scope", s.name, "node", s.self, "group", e.Group, "source", e.Source, "seq", e.Seq)
 		if s.occ.deleteExact(e.Group, e.Source, e.Seq) {

@@ -253,6 +253,23 @@ func (t *occTable) snapshot() []occEntry {
 	return out
 }
 
+// scan returns the present rows for which keep reports true, judged under
+// the read lock (keep must not touch the table). Callers that then delete
+// use deleteExact, so a row raised after it was judged survives.
+func (t *occTable) scan(keep func(group, source string, r *occRow) bool) []occEntry {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	var out []occEntry
+	for g, m := range t.rows {
+		for s, r := range m {
+			if !r.Tomb && keep(g, s, r) {
+				out = append(out, occEntry{g, s, *r})
+			}
+		}
+	}
+	return out
+}
+
 // reap removes tombstones written before cutoff. It returns how many.
 func (t *occTable) reap(cutoff time.Time) int {
 	t.mu.Lock()
