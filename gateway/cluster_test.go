@@ -279,3 +279,51 @@ func TestPubSubReachesOnlyHolders(t *testing.T) {
 		t.Fatal(f)
 	}
 }
+
+// TestRestartedNodeDoesNotForwardToItself: a process restarted under a node
+// name whose predecessor still holds a session's lease answers with a retry
+// directive at once (the predecessor is gone) instead of forwarding the event
+// to its own subject.
+func TestRestartedNodeDoesNotForwardToItself(t *testing.T) {
+	c := newTestCluster(t, "a", "b")
+	c.waitReady()
+	post(t, c.srvs[0], "p1", "held by the first a")
+	// The first "a" stops without handing the lease back (a crash).
+	c.srvs[0].Close()
+	c.nodes[0].Close()
+	a2, srv2 := c.add("a", nil)
+	if a2.Owner() == c.nodes[0].Owner() {
+		t.Fatal("a restarted process kept its incarnation")
+	}
+	status, hdr, body := do(t, "POST", srv2.URL+"/api/sessions/p1/events", testAPIKey, "", `{"data":{"text":"x"}}`)
+	retry, _ := body["retry"].(map[string]any)
+	if status != 503 || body["error"] != CodeSessionMoving || retry == nil || hdr.Get("Retry-After") == "" {
+		t.Fatalf("POST to the restarted a: %d %v", status, body)
+	}
+	if after := retry["after_ms"].(float64); after < 1000 {
+		t.Fatalf("after_ms = %v, want about the predecessor's remaining lease (%v TTL)", after, a2.cfg.LeaseTTL)
+	}
+	if got := testutilCount(t, a2, "relay_forwards_total"); got != 0 {
+		t.Fatalf("the restarted node forwarded %v times", got)
+	}
+}
+
+// testutilCount reads a counter from a node's metrics registry.
+func testutilCount(t *testing.T, n *Node, name string) float64 {
+	t.Helper()
+	mfs, err := n.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			return sum
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}

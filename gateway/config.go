@@ -29,6 +29,7 @@ type Config struct {
 
 	LeaseTTL         time.Duration `name:"lease-ttl" env:"LEASE_TTL" default:"15s" help:"Session lease time to live."`
 	LeaseRenew       time.Duration `name:"lease-renew" env:"LEASE_RENEW" default:"5s" help:"Lease heartbeat interval."`
+	ForwardTimeout   time.Duration `name:"forward-timeout" env:"FORWARD_TIMEOUT" default:"5s" help:"How long a node waits for the owner to answer a forwarded event (then 504 forward_timeout)."`
 	SessionIdle      time.Duration `name:"session-idle" env:"SESSION_IDLE" default:"60s" help:"Hibernate a session after this long without events."`
 	EchoDelay        time.Duration `name:"echo-delay" env:"ECHO_DELAY" default:"150ms" help:"Delay between words streamed by the built-in echo agent."`
 	HeartbeatTimeout time.Duration `name:"heartbeat-timeout" env:"HEARTBEAT_TIMEOUT" default:"60s" help:"Close a socket that sends nothing for this long."`
@@ -53,7 +54,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Addr: ":4000", LogLevel: "info", Cluster: "relay",
-		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second,
+		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second, ForwardTimeout: 5 * time.Second,
 		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second,
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024, WriteDelay: 2 * time.Millisecond,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
@@ -72,8 +73,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: LEASE_TTL and LEASE_RENEW must be positive")
 	case c.LeaseRenew >= c.LeaseTTL-c.renewMargin():
 		return fmt.Errorf("gateway: LEASE_RENEW (%v) must be shorter than LEASE_TTL (%v) minus the %v safety margin", c.LeaseRenew, c.LeaseTTL, c.renewMargin())
-	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0:
-		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT and DRAIN_WINDOW must be positive")
+	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0:
+		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW and FORWARD_TIMEOUT must be positive")
 	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:
 		return errors.New("gateway: MAX_FRAME_BYTES must be at least 1024 and MAX_BODY_BYTES at least 256")
 	case c.SocketQueue < 1 || c.ReplayMaxLen < 1:

@@ -19,9 +19,6 @@ import (
 // event to the owner over NATS request/reply on <cluster>.fwd.<node>. The
 // owner runs the same Submit, which re-claims the lease before accepting.
 
-// forwardTimeout bounds one forward hop.
-const forwardTimeout = 5 * time.Second
-
 // Forward error codes (see README "Error codes").
 const (
 	CodeForwardTimeout = "forward_timeout" // 504: the owner did not answer in time; the event may have been accepted
@@ -75,7 +72,7 @@ func (n *Node) handleForward(msg *nats.Msg) {
 	if err := json.Unmarshal(msg.Data, &req); err != nil || !session.ValidID(req.Session) {
 		rep.Error, rep.Message = CodeInvalidBody, "malformed forward request"
 	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ForwardTimeout)
 		acc, err := n.submitLocal(ctx, req.Session, req.Input)
 		cancel()
 		var held *session.LeaseHeldError
@@ -105,7 +102,7 @@ var errUnreachable = errors.New("gateway: owner unreachable")
 // errUnreachable means nothing reached the owner; a *apiError carries the
 // owner's refusal or the forward_timeout code.
 func (n *Node) forward(ctx context.Context, owner, id string, in session.Input) (acceptedBody, *session.LeaseHeldError, error) {
-	ctx, cancel := context.WithTimeout(ctx, forwardTimeout)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
 	defer cancel()
 	body, _ := json.Marshal(forwardRequest{Session: id, Input: in, Owner: owner})
 	n.metrics.forwards.Inc()

@@ -183,6 +183,12 @@ func (n *Node) submit(ctx context.Context, id string, in session.Input) (accepte
 	}
 	unreachable := 0
 	for hop := 0; hop < 4; hop++ {
+		if held.Holder != n.Owner() && nodeOf(held.Holder) == n.name {
+			// A predecessor process under this node's name holds the lease:
+			// it is gone (this process took the name), so nothing can be
+			// forwarded; the client retries once the lease lapses.
+			return acceptedBody{}, n.refusal(id, held)
+		}
 		if held.Holder == n.Owner() {
 			// The lease moved back to us between the claim and the forward.
 			if acc, err = n.submitLocal(ctx, id, in); err == nil {
