@@ -1,12 +1,14 @@
 package muster_test
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/relaygw/relay/muster"
+	"github.com/relaygw/relay/muster/ring"
 )
 
 // D:2189: a vacancy queued before a rebalance is never announced to the new
@@ -206,4 +208,105 @@ func TestMetricsHooks(t *testing.T) {
 	if !slices.Contains(rec.status, muster.Ready) || !slices.Equal(rec.up, []string{"b"}) || rec.rebal == 0 || rec.claims != 1 || rec.floods != 1 {
 		t.Fatalf("hooks: %+v", rec)
 	}
+}
+
+// findGroup returns the first "<prefix>:<i>" for which ok holds.
+func findGroup(prefix string, ok func(route func(members ...string) string, g string) bool) string {
+	route := func(g string) func(members ...string) string {
+		return func(members ...string) string { return ring.New(members, 0).Find(g) }
+	}
+	for i := 0; ; i++ {
+		g := fmt.Sprintf("%s:%d", prefix, i)
+		if ok(route(g), g) {
+			return g
+		}
+	}
+}
+
+// D:820: chained deltas: two successive shrinks each send s a delta with
+// exactly the group that moved onto it; the group s always routed never
+// rides a delta, and no full snapshot goes to s.
+func TestChainedDeltas(t *testing.T) {
+	c := newCluster(t, 1)
+	for _, n := range []string{"t", "s", "d1", "d2"} {
+		c.add(n)
+	}
+	c.waitReady("t", "s", "d1", "d2")
+	tt, s := c.node("t"), c.node("s")
+	keep := findGroup("keep", func(r func(...string) string, _ string) bool {
+		return r("t", "s", "d1", "d2") == "s" && r("t", "s", "d2") == "s" && r("t", "s") == "s"
+	})
+	g1 := findGroup("one", func(r func(...string) string, _ string) bool {
+		return r("t", "s", "d1", "d2") == "d1" && r("t", "s", "d2") == "s"
+	})
+	g2 := findGroup("two", func(r func(...string) string, _ string) bool {
+		return r("t", "s", "d1", "d2") == "d2" && r("t", "s", "d2") == "d2" && r("t", "s") == "s"
+	})
+	for _, g := range []string{keep, g1, g2} {
+		joinOK(t, tt, g)
+	}
+	waitOwedEmpty(t, tt)
+	full := c.tr.Count(kindOf("muster_round_dispatch", "t", "router", "s", "full", true))
+	c.stop("d1")
+	c.waitReady("t", "s", "d2")
+	waitOwedEmpty(t, tt)
+	c.stop("d2")
+	c.waitReady("t", "s")
+	deltas := c.tr.Filter(kindOf("muster_round_dispatch", "t", "router", "s", "full", false))
+	if len(deltas) != 2 || deltas[0].Get("groups") != 1 || deltas[1].Get("groups") != 1 {
+		t.Fatalf("deltas t→s: %v, want two of one group each", deltas)
+	}
+	if n := c.tr.Count(kindOf("muster_round_dispatch", "t", "router", "s", "full", true)); n != full {
+		t.Fatal("a full snapshot went to s")
+	}
+	eventually(t, 5*time.Second, "s lists t for all three", func() bool {
+		for _, g := range []string{keep, g1, g2} {
+			if !slices.Equal(s.Occupancy(g), []string{"t"}) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// D:4448: a round's failure that arrives after its router already left the
+// view does not reset the coordinator.
+func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
+	c := newCluster(t, 1)
+	c.mod = func(_ string, cfg *muster.Config) { cfg.RPCTimeout = 300 * time.Millisecond }
+	tt := c.add("t")
+	eventually(t, 5*time.Second, "t ready", func() bool { return tt.Status() == muster.Ready })
+	g := groupRoutedTo("g", []string{"c", "t"}, "c", nil, "")
+	joinOK(t, tt, g)
+	until, release := releaser(c)
+	c.tr.Park(kindOf("muster_rpc_result", "t", "fn", "round", "router", "c"), until)
+	cs := c.add("c")
+	cs.ArmCrash("coordinator.round.apply", 1)
+	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_injected_crash", "c")); err != nil {
+		t.Fatal(err)
+	}
+	c.stop("c")
+	if _, err := c.tr.WaitFor(ctxT(t), withList(kindOf("muster_rebalance_done", "t"), "members", []string{"t"})); err != nil {
+		t.Fatal(err)
+	}
+	// The worker's result is held until t has rebalanced to [t].
+	res, err := c.tr.WaitFor(ctxT(t), kindOf("muster_rpc_result", "t", "fn", "round", "router", "c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if res.Get("ok") != false {
+		t.Fatalf("round result %v, want a failure", res)
+	}
+	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_round_failed", "t", "router", "c", "member", false)); err != nil {
+		t.Fatal(err)
+	}
+	_ = tt.Dump() // the coordinator is past the failure handler
+	if n := c.tr.Count(kindOf("muster_coordinator_crash", "t")); n != 0 {
+		t.Fatal("a failure about a departed router reset the coordinator")
+	}
+	eventually(t, 5*time.Second, "t alone ready", func() bool {
+		return tt.Status() == muster.Ready && slices.Equal(tt.Members(), []string{"t"})
+	})
+	joinOK(t, tt, "after")
 }

@@ -245,6 +245,7 @@ func (c *coordinator) onRoundDone(d *roundDone) {
 		return
 	}
 	s.log.Warn("muster: rebalance round failed", zap.String("router", d.router.Name), zap.Error(d.err))
+	s.tr.Emit("muster_round_failed", "scope", s.name, "node", s.self, "router", d.router.Name, "member", slices.Contains(c.members, d.router))
 	if isNotPeer(d.err) && d.seq.Inc == s.inc.Load() {
 		c.reset("round refused by " + d.router.Name)
 	}
