@@ -161,3 +161,39 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
+
+// Summary is a cheap overview of a scope (no coordinator round trip).
+type Summary struct {
+	Status      Status         `json:"status"`
+	ViewHash    uint64         `json:"view_hash"`
+	Members     int            `json:"members"`
+	PresentRows int            `json:"present_rows"`
+	Tombstones  int            `json:"tombstones"`
+	GroupStates map[string]int `json:"group_states"` // claim state → groups
+	Groups      int            `json:"groups"`       // groups with a claim state
+}
+
+// Summary returns counts of the scope's state.
+func (s *Scope) Summary() Summary {
+	sum := Summary{Status: s.Status(), ViewHash: s.ViewHash(), Members: len(s.view.Load().members), GroupStates: map[string]int{}}
+	for _, sh := range s.shards {
+		sh.tab.mu.RLock()
+		for _, st := range sh.tab.states {
+			sum.GroupStates[st.st.String()]++
+			sum.Groups++
+		}
+		sh.tab.mu.RUnlock()
+	}
+	s.occ.mu.RLock()
+	for _, m := range s.occ.rows {
+		for _, r := range m {
+			if r.Tomb {
+				sum.Tombstones++
+			} else {
+				sum.PresentRows++
+			}
+		}
+	}
+	s.occ.mu.RUnlock()
+	return sum
+}

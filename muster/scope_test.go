@@ -188,6 +188,10 @@ func TestDumpTextAndJSON(t *testing.T) {
 			t.Errorf("dump lacks %q:\n%s", want, txt)
 		}
 	}
+	sum := s.Summary()
+	if sum.Groups != 2 || sum.GroupStates["occupied"] != 1 || sum.GroupStates["cooldown"] != 1 || sum.PresentRows != 2 || sum.Members != 1 {
+		t.Fatalf("summary %+v", sum)
+	}
 	b, err := json.Marshal(d)
 	if err != nil {
 		t.Fatal(err)
