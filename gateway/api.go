@@ -52,15 +52,25 @@ func DecodeInput(body []byte) (session.Input, error) {
 	return in, nil
 }
 
-// handlePostEvent serves POST /api/sessions/{id}/events.
-func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
+// sessionParam reads the {id} route parameter and checks that it is valid
+// and that the caller may use it; otherwise it writes the error.
+func (n *Node) sessionParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := chi.URLParam(r, "id")
 	if !session.ValidID(id) {
 		writeError(w, classify(session.ErrInvalidID, n.cfg.LeaseTTL))
-		return
+		return "", false
 	}
 	if !callerFrom(r.Context()).allows(id) {
 		writeError(w, errorf(http.StatusForbidden, CodeForbidden, "the token does not allow this session"))
+		return "", false
+	}
+	return id, true
+}
+
+// handlePostEvent serves POST /api/sessions/{id}/events.
+func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
+	id, ok := n.sessionParam(w, r)
+	if !ok {
 		return
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
@@ -105,13 +115,8 @@ type sessionBody struct {
 // handleGetSession serves GET /api/sessions/{id}. It is a view: store reads use
 // a short timeout and fall back to an empty state rather than fail.
 func (n *Node) handleGetSession(w http.ResponseWriter, r *http.Request) {
-	id := chi.URLParam(r, "id")
-	if !session.ValidID(id) {
-		writeError(w, classify(session.ErrInvalidID, n.cfg.LeaseTTL))
-		return
-	}
-	if !callerFrom(r.Context()).allows(id) {
-		writeError(w, errorf(http.StatusForbidden, CodeForbidden, "the token does not allow this session"))
+	id, ok := n.sessionParam(w, r)
+	if !ok {
 		return
 	}
 	st, owner := n.view(r.Context(), id)

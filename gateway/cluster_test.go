@@ -13,7 +13,6 @@ import (
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/session"
-	"go.uber.org/zap/zaptest"
 )
 
 // fastMuster is a Muster timing preset for tests.
@@ -56,31 +55,8 @@ func newTestCluster(t *testing.T, names ...string) *testCluster {
 }
 
 func (c *testCluster) add(name string, agent session.Agent) (*Node, *httptest.Server) {
-	t := c.t
-	t.Helper()
-	cfg := DefaultConfig()
-	cfg.NodeName = name
-	cfg.JWTSecret = testSecret
-	cfg.APIKeys = []string{testAPIKey}
-	cfg.AdminToken = testAdmin
-	cfg.EchoDelay = 5 * time.Millisecond
-	cfg.DatabaseURL = c.dbURL
-	cfg.RedisURL = testenv.RedisServerURL()
-	cfg.NATSURL = testenv.NATSURL()
-	cfg.Cluster = c.cluster
-	cfg.Muster = fastMuster()
-	n, err := New(context.Background(), cfg, Options{Logger: zaptest.NewLogger(t).Named(name), Tracer: c.tr, Agent: agent})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(n.Handler())
-	t.Cleanup(func() {
-		srv.Close()
-		n.Close()
-	})
-	c.nodes = append(c.nodes, n)
-	c.srvs = append(c.srvs, srv)
-	return n, srv
+	c.t.Helper()
+	return c.addWith(name, agent, nil)
 }
 
 // waitReady waits until every node's Muster scope is ready with one view
