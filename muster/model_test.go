@@ -166,6 +166,12 @@ func runModel(t *testing.T, seed int64) {
 	c.net.Heal()
 	c.net.SetDefaultLink(memnet.LinkFaults{})
 	final := liveNodes()
+	// Let every coordinator process what the fault phase posted to it
+	// (failure-detector ticks of simulated suspicions) before judging
+	// readiness, or a stale "ready" could pass for quiescence.
+	for _, n := range final {
+		_ = c.node(n).Dump()
+	}
 	c.waitReady(final...)
 	quiesceGroups(t, c, final, groups)
 	checkTargets(t, c, final, groups)
@@ -234,6 +240,15 @@ func checkTargets(t *testing.T, c *cluster, nodes, groups []string) {
 			dump := ""
 			for _, n := range nodes {
 				dump += c.node(n).Dump().String()
+			}
+			if os.Getenv("MUSTER_MODEL_TRACE") != "" {
+				for _, e := range c.tr.Events() {
+					switch e.Kind {
+					case "muster_peer_registered", "muster_peer_down", "muster_rebalance_start", "muster_rebalance_done",
+						"muster_coordinator_init", "muster_coordinator_crash", "muster_status_change", "muster_view_prepare", "muster_view_cancel", "muster_shard_crash":
+						dump += e.String() + "\n"
+					}
+				}
 			}
 			t.Fatalf("%s\n%s", msg, dump)
 		}
