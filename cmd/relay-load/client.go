@@ -1,9 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"strconv"
 	"sync"
@@ -66,41 +67,66 @@ func (c *client) run(ctx context.Context, joined chan<- error) {
 	}()
 
 	reported := false
+	buf := make([]byte, 0, 1024)
 	for {
-		_, data, err := conn.Read(ctx)
+		var err error
+		buf, err = readMessage(ctx, conn, buf[:0])
 		if err != nil {
 			if !reported {
 				joined <- fmt.Errorf("read before join reply: %w", err)
 			}
 			return
 		}
-		var frame [5]json.RawMessage
-		if json.Unmarshal(data, &frame) != nil {
+		// Session events carry "at"; time them without decoding the frame.
+		if at, ok := eventTime(buf); ok {
+			c.st.observe(time.Since(at))
 			continue
 		}
-		var event string
-		_ = json.Unmarshal(frame[3], &event)
-		switch event {
-		case "phx_reply":
-			if !reported && string(frame[1]) == `"1"` {
-				reported = true
-				var r struct {
-					Status string `json:"status"`
-				}
-				_ = json.Unmarshal(frame[4], &r)
-				if r.Status != "ok" {
-					joined <- fmt.Errorf("join %s: %s", c.topic, frame[4])
-					return
-				}
-				joined <- nil
+		if !reported && bytes.HasPrefix(buf, []byte(`["1","1",`)) && bytes.Contains(buf, []byte(`"phx_reply"`)) {
+			reported = true
+			if !bytes.Contains(buf, []byte(`"status":"ok"`)) {
+				joined <- fmt.Errorf("join %s: %s", c.topic, buf)
+				return
 			}
-		case "user_event", "turn_started", "delta", "message", "turn_completed", "turn_failed":
-			var ev struct {
-				At time.Time `json:"at"`
-			}
-			if json.Unmarshal(frame[4], &ev) == nil && !ev.At.IsZero() {
-				c.st.observe(time.Since(ev.At))
-			}
+			joined <- nil
 		}
 	}
+}
+
+// readMessage reads one WebSocket message into buf (reused between calls).
+func readMessage(ctx context.Context, conn *websocket.Conn, buf []byte) ([]byte, error) {
+	_, r, err := conn.Reader(ctx)
+	if err != nil {
+		return buf, err
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+var atKey = []byte(`"at":"`)
+
+// eventTime finds the "at" stamp of a session event frame.
+func eventTime(frame []byte) (time.Time, bool) {
+	i := bytes.LastIndex(frame, atKey)
+	if i < 0 {
+		return time.Time{}, false
+	}
+	rest := frame[i+len(atKey):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(rest[:j]))
+	return t, err == nil
 }

@@ -11,35 +11,55 @@ import (
 	"time"
 )
 
-// stats collects delivery latencies from every socket.
+// stats collects delivery latencies from every socket, in shards so that
+// thousands of reading goroutines do not queue on one lock.
 type stats struct {
-	mu       sync.Mutex
-	samples  []time.Duration
+	shards   [64]statShard
+	next     atomic.Uint32
 	received atomic.Int64
 	posted   atomic.Int64
 }
 
-func newStats() *stats { return &stats{samples: make([]time.Duration, 0, 1<<16)} }
+type statShard struct {
+	mu      sync.Mutex
+	samples []time.Duration
+	_       [40]byte // keep shards on separate cache lines
+}
+
+func newStats() *stats { return &stats{} }
 
 func (s *stats) observe(d time.Duration) {
 	s.received.Add(1)
-	s.mu.Lock()
-	s.samples = append(s.samples, d)
-	s.mu.Unlock()
+	sh := &s.shards[s.next.Add(1)%uint32(len(s.shards))]
+	sh.mu.Lock()
+	sh.samples = append(sh.samples, d)
+	sh.mu.Unlock()
 }
 
 func (s *stats) reset() {
-	s.mu.Lock()
-	s.samples = s.samples[:0]
-	s.mu.Unlock()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.samples = sh.samples[:0]
+		sh.mu.Unlock()
+	}
 	s.received.Store(0)
 	s.posted.Store(0)
 }
 
+func (s *stats) all() []time.Duration {
+	var d []time.Duration
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		d = append(d, sh.samples...)
+		sh.mu.Unlock()
+	}
+	return d
+}
+
 func (s *stats) report(elapsed time.Duration, postErrs int64) {
-	s.mu.Lock()
-	d := slices.Clone(s.samples)
-	s.mu.Unlock()
+	d := s.all()
 	slices.Sort(d)
 	pct := func(p float64) time.Duration {
 		if len(d) == 0 {
