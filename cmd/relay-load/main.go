@@ -198,6 +198,13 @@ func postLoop(ctx context.Context, o options, st *stats) int64 {
 		wg.Add(1)
 		go func(s int) {
 			defer wg.Done()
+			// Spread the sessions' posts over the interval instead of
+			// posting for every session at the same instant.
+			select {
+			case <-time.After(interval * time.Duration(s) / time.Duration(o.sessions)):
+			case <-ctx.Done():
+				return
+			}
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			for n := 0; time.Now().Before(deadline); n++ {
