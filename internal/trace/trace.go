@@ -14,6 +14,7 @@ package trace
 
 import (
 	"context"
+	"reflect"
 	"fmt"
 	"strings"
 	"sync"
@@ -53,7 +54,8 @@ func (e Event) String() string {
 type Matcher func(Event) bool
 
 // Kind matches events of the given kind whose fields include every given
-// key/value pair (compared with ==).
+// key/value pair (compared with reflect.DeepEqual, so slices and maps match
+// by content).
 func Kind(kind string, kv ...any) Matcher {
 	return func(e Event) bool {
 		if e.Kind != kind {
@@ -61,7 +63,7 @@ func Kind(kind string, kv ...any) Matcher {
 		}
 		for i := 0; i+1 < len(kv); i += 2 {
 			k, _ := kv[i].(string)
-			if e.Get(k) != kv[i+1] {
+			if !reflect.DeepEqual(e.Get(k), kv[i+1]) {
 				return false
 			}
 		}

@@ -83,3 +83,17 @@ func TestParkLimitReportsFailure(t *testing.T) {
 		t.Fatalf("want one failure, got %v", tr.Failures())
 	}
 }
+
+// TestKindComparesSlicesByContent: a field holding a slice must neither panic
+// (== on slices does) nor leave the tracer locked.
+func TestKindComparesSlicesByContent(t *testing.T) {
+	tr := New()
+	tr.Park(Kind("never", "list", []string{"a"}), Kind("never"))
+	tr.Emit("x", "list", []string{"a", "b"})
+	if n := tr.Count(Kind("x", "list", []string{"a", "b"})); n != 1 {
+		t.Fatalf("slice field matched %d times, want 1", n)
+	}
+	if n := tr.Count(Kind("x", "list", []string{"a"})); n != 0 {
+		t.Fatalf("different slice matched %d times", n)
+	}
+}
