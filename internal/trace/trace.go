@@ -14,8 +14,8 @@ package trace
 
 import (
 	"context"
-	"reflect"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
