@@ -302,6 +302,7 @@ func (a *actor) exit() {
 		a.m.tr.Emit("session.standdown", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "reason", cause.Error())
 		if !errors.Is(cause, ErrClosed) && !errors.Is(cause, errReplaced) {
 			a.m.log.Warn("session stood down", zap.String("session", a.id), zap.Int64("epoch", a.epoch), zap.Error(cause))
+			a.giveUpLease()
 		}
 	}
 	a.history, a.pending, a.keys = nil, nil, nil
@@ -330,6 +331,24 @@ func (a *actor) handBack() {
 		return
 	}
 	a.m.tr.Emit("session.released", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch)
+}
+
+// giveUpLease expires a stood-down actor's lease (only if it is still this
+// owner's at this epoch), so the next claim starts epoch+1 from the last
+// checkpoint. Without it, a claim by this same owner would extend the live
+// lease at the same epoch, and the new actor would re-use the seqs its
+// predecessor had already logged beyond the checkpoint: every append would
+// come back fenced and the session could never run again here. The turn has
+// halted and the renewer has stopped, so nothing runs or renews after this.
+// A failure (store down, another owner) leaves the lease to lapse.
+func (a *actor) giveUpLease() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.m.cfg.StoreTimeout)
+	defer cancel()
+	if err := a.m.cfg.Leases.Release(ctx, a.id, a.m.cfg.Owner, a.epoch); err != nil {
+		a.m.log.Debug("stood-down session: lease left to lapse", zap.String("session", a.id), zap.Error(err))
+		return
+	}
+	a.m.tr.Emit("session.standdown.released", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch)
 }
 
 // fence records that a write came back fenced and stands the session down.
