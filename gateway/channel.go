@@ -77,6 +77,7 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 		st, owner := n.view(ctx, id)
 		reply.Epoch, reply.Seq, reply.Owner = st.Epoch, st.Seq, owner
 		res.Response = reply
+		res.Then = n.trackPresence(ch, claims)
 		return res, nil
 	}
 	last := *p.LastEvent
@@ -108,6 +109,7 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 	reply.Epoch, reply.Seq, reply.Replayed = last.Epoch, last.Seq, len(events)
 	_, reply.Owner = n.owner(ctx, id)
 	res.Response = reply
+	res.Then = append(res.Then, n.trackPresence(ch, claims)...)
 	cutoff := last
 	res.Skip = func(b *channels.Broadcast) bool {
 		pos, ok := b.Meta.(session.Position)
@@ -139,5 +141,24 @@ func (h sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, even
 	return acc, nil
 }
 
-// Terminate needs no work: the hub drops the channel's subscription itself.
-func (sessionChannel) Terminate(*channels.Channel, channels.CloseReason) {}
+// Terminate untracks the channel's presence (a presence_diff leave goes to
+// the topic); the hub drops the channel's subscription itself.
+func (h sessionChannel) Terminate(ch *channels.Channel, _ channels.CloseReason) {
+	if ref, ok := h.n.presenceRef.LoadAndDelete(ch); ok {
+		h.n.presence.Untrack(ch.Topic(), ref.(string))
+	}
+}
+
+// trackPresence tracks the joining channel under its token's subject (the
+// socket id when the token has none) and returns the presence_state push the
+// channel gets right after its join reply (phoenix-protocol.md §5.3: a full
+// state after every join). The join's own presence_diff follows it.
+func (n *Node) trackPresence(ch *channels.Channel, claims *Claims) []channels.Push {
+	key := claims.Subject
+	if key == "" {
+		key = "socket:" + ch.Socket().ID()
+	}
+	ref := n.presence.Track(ch.Topic(), key, map[string]any{"node": n.name, "online_at": time.Now().Unix()})
+	n.presenceRef.Store(ch, ref)
+	return []channels.Push{{Event: "presence_state", Payload: n.presence.List(ch.Topic())}}
+}

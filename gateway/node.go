@@ -4,6 +4,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/relaygw/relay/channels"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
+	"github.com/relaygw/relay/presence"
 	"github.com/relaygw/relay/session"
 	"go.uber.org/zap"
 )
@@ -44,6 +46,8 @@ type Node struct {
 	nc          *nats.Conn
 	scope       *muster.Scope
 	pubsub      *PubSub
+	presence    *presence.Tracker
+	presenceRef sync.Map // *channels.Channel → its presence phx_ref
 
 	draining  atomic.Bool
 	bg        sync.WaitGroup // forward handlers and admin-started drains
@@ -100,6 +104,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		OnLastUnsubscribe: func(topic string) { n.pubsub.onLastUnsubscribe(topic) },
 		Tracer:            n.tracer,
 	})
+	// Presence is node-local: each node lists the sockets joined on it.
+	n.presence = presence.NewTracker(presence.TrackerConfig{OnDiff: func(topic string, diff json.RawMessage) {
+		n.hub.Broadcast(topic, "presence_diff", diff, nil)
+	}})
 	if err := n.buildCluster(ctx); err != nil {
 		n.Close()
 		return nil, err
