@@ -167,7 +167,12 @@ func TestForwardUnreachable(t *testing.T) {
 	if after := time.Duration(r.Retry.AfterMS) * time.Millisecond; after <= 0 || after > ttl+100*time.Millisecond {
 		t.Errorf("retry after %v, want the holder's remaining lease (at most TTL %v)", after, ttl)
 	}
-	if n := b.Logs().Count(from, proctest.Msg("owner unreachable; re-resolving with a fresh claim", "session", id)); n != 2 {
+	// Log lines reach the test through a pipe: wait (bounded) for the second.
+	hops := proctest.Msg("owner unreachable; re-resolving with a fresh claim", "session", id)
+	for deadline := time.Now().Add(5 * time.Second); b.Logs().Count(from, hops) < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := b.Logs().Count(from, hops); n != 2 {
 		t.Errorf("b logged %d unreachable hops, want 2", n)
 	}
 	out := c.Client().Deliver(timeout(t, 20*time.Second), func(int) string { return b.URL() }, id, proctest.Event{Text: "second", Key: "k2"})
