@@ -296,6 +296,7 @@ func TestConcurrentSubmitsToOneSession(t *testing.T) {
 	tr := trace.New()
 	cfg, _, _ := testConfig(st, "a/1", tr)
 	cfg.MailboxSize = writers * each
+	cfg.MaxPending = writers * each
 	m := startManager(t, cfg)
 
 	var mu sync.Mutex

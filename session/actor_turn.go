@@ -49,6 +49,10 @@ func (a *actor) accept(req *submitReq) {
 			return
 		}
 	}
+	if len(a.pending) >= a.m.cfg.MaxPending {
+		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: %d inputs already queued: %w", a.id, len(a.pending), ErrBusy)}
+		return
+	}
 	data, err := json.Marshal(struct {
 		Type string          `json:"type"`
 		Data json.RawMessage `json:"data"`

@@ -6,8 +6,8 @@ import "errors"
 // case is the typed *LeaseHeldError (errors.As), and ErrFenced / ErrInvalidID
 // are declared beside the stores and events.
 var (
-	// ErrBusy means the session's mailbox is full: the input was not
-	// accepted. The caller may retry after a short delay.
+	// ErrBusy means the session's mailbox is full or MaxPending inputs are
+	// already queued behind its turn: the input was not accepted. The caller may retry after a short delay.
 	ErrBusy = errors.New("session: mailbox full")
 	// ErrDraining means the node is handing its sessions back and accepts no
 	// new input. The caller answers with a retry directive.

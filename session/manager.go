@@ -44,6 +44,10 @@ type Config struct {
 	// MailboxSize bounds the inputs waiting for one actor; a full mailbox
 	// answers ErrBusy. Default 64.
 	MailboxSize int
+	// MaxPending bounds the accepted inputs waiting for their turn (queued
+	// behind a running one); past it an input answers ErrBusy. Every
+	// checkpoint holds the queue, so it must stay small. Default 64.
+	MaxPending int
 	// MaxIdempotencyKeys bounds the keys a session remembers (oldest
 	// forgotten first). Default 1000.
 	MaxIdempotencyKeys int
@@ -70,6 +74,7 @@ func DefaultConfig() Config {
 		RenewMargin:        2 * time.Second,
 		IdleTimeout:        60 * time.Second,
 		MailboxSize:        64,
+		MaxPending:         64,
 		MaxIdempotencyKeys: 1000,
 		StoreTimeout:       5 * time.Second,
 		ReadTimeout:        time.Second,
@@ -150,6 +155,9 @@ func withDefaults(cfg Config) Config {
 	setDur(&cfg.ReadTimeout, def.ReadTimeout)
 	if cfg.MailboxSize <= 0 {
 		cfg.MailboxSize = def.MailboxSize
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = def.MaxPending
 	}
 	if cfg.MaxIdempotencyKeys <= 0 {
 		cfg.MaxIdempotencyKeys = def.MaxIdempotencyKeys
