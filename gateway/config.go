@@ -35,7 +35,7 @@ type Config struct {
 	HeartbeatTimeout time.Duration `name:"heartbeat-timeout" env:"HEARTBEAT_TIMEOUT" default:"60s" help:"Close a socket that sends nothing for this long."`
 	MaxFrameBytes    int64         `name:"max-frame-bytes" env:"MAX_FRAME_BYTES" default:"65536" help:"Largest WebSocket frame accepted; larger closes the socket with 1009."`
 	MaxBodyBytes     int64         `name:"max-body-bytes" env:"MAX_BODY_BYTES" default:"65536" help:"Largest HTTP event body accepted (413 above)."`
-	WriteDelay       time.Duration `name:"write-delay" env:"WRITE_DELAY" default:"2ms" help:"A socket's writer waits this long after an idle period so a burst of frames goes out in one write (0: write at once)."`
+	WriteDelay       time.Duration `name:"write-delay" env:"WRITE_DELAY" default:"0s" help:"A socket's writer waits this long after an idle period so a burst of frames goes out in one write (0: write at once)."`
 	SocketQueue      int           `name:"socket-queue" env:"SOCKET_QUEUE" default:"1024" help:"Outbound frames queued per socket before it is cut as a slow consumer."`
 	ReplayMaxLen     int64         `name:"replay-max-len" env:"REPLAY_MAX_LEN" default:"1000" help:"Events kept per session in the replay log."`
 	ReplayTTL        time.Duration `name:"replay-ttl" env:"REPLAY_TTL" default:"24h" help:"Replay log expiry after the last append."`
@@ -56,7 +56,7 @@ func DefaultConfig() Config {
 		Addr: ":4000", LogLevel: "info", Cluster: "relay",
 		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second, ForwardTimeout: 5 * time.Second,
 		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second,
-		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024, WriteDelay: 2 * time.Millisecond,
+		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 	}
