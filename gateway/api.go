@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
@@ -101,6 +102,10 @@ func hasNULEscape(b []byte) bool {
 	return false
 }
 
+// bodyReadTimeout bounds reading one event body; a slower body is refused
+// with invalid_body.
+const bodyReadTimeout = 10 * time.Second
+
 // handlePostEvent serves POST /api/sessions/{id}/events.
 func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	id, ok := n.sessionParam(w, r)
@@ -113,6 +118,10 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// The server has no read timeout (sockets live long), so a body that
+	// trickles in or stalls would hold the connection and its goroutine
+	// forever.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(n.bodyTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, n.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -49,6 +49,9 @@ type Node struct {
 	presence    *presence.Tracker
 	presenceRef sync.Map // *channels.Channel → its presence phx_ref
 
+	// bodyTimeout bounds reading one event body (bodyReadTimeout).
+	bodyTimeout time.Duration
+
 	draining  atomic.Bool
 	bg        sync.WaitGroup // forward handlers and admin-started drains
 	closeOnce sync.Once
@@ -89,6 +92,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		tracer:         opts.Tracer,
 		auth:           NewAuthenticator(cfg.JWTSecret, cfg.APIKeys, cfg.AdminToken),
 		metrics:        newMetrics(),
+		bodyTimeout:    bodyReadTimeout,
 	}
 	if err := n.buildStores(ctx); err != nil {
 		n.Close()

@@ -59,7 +59,10 @@ func run(cfg gateway.Config) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
-	srv := &http.Server{Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// No ReadTimeout: WebSockets live long (event bodies have their own
+	// deadline). IdleTimeout closes idle keep-alive connections, which
+	// otherwise held a descriptor and a goroutine each forever.
+	srv := &http.Server{Handler: node.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	log.Info("listening", zap.String("addr", ln.Addr().String()), zap.String("mode", node.Mode()), zap.String("owner", node.Owner()))
 	if dev {
 		tok, err := node.Auth().Mint("dev", []string{"*"}, 30*24*time.Hour)
