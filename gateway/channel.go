@@ -21,9 +21,17 @@ type sessionChannel struct{ n *Node }
 
 var _ channels.Handler = sessionChannel{}
 
-// joinParams is the phx_join payload: {"last_event":{"epoch":E,"seq":S}}.
+// joinParams is the phx_join payload:
+//
+//	{"last_event":{"epoch":E,"seq":S}, "presence":true}
+//
+// Both are optional. presence opts the channel into presence tracking; it is
+// opt-in because every tracked join sends the whole presence_state and a
+// diff to every socket on the topic, which is quadratic on a topic with
+// thousands of sockets.
 type joinParams struct {
 	LastEvent *session.Position `json:"last_event"`
+	Presence  bool              `json:"presence"`
 }
 
 // joinReply is the ok reply of a session join.
@@ -77,7 +85,9 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 		st, owner := n.view(ctx, id)
 		reply.Epoch, reply.Seq, reply.Owner = st.Epoch, st.Seq, owner
 		res.Response = reply
-		res.Then = n.trackPresence(ch, claims)
+		if p.Presence {
+			res.Then = n.trackPresence(ch, claims)
+		}
 		return res, nil
 	}
 	last := *p.LastEvent
@@ -109,7 +119,9 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 	reply.Epoch, reply.Seq, reply.Replayed = last.Epoch, last.Seq, len(events)
 	_, reply.Owner = n.owner(ctx, id)
 	res.Response = reply
-	res.Then = append(res.Then, n.trackPresence(ch, claims)...)
+	if p.Presence {
+		res.Then = append(res.Then, n.trackPresence(ch, claims)...)
+	}
 	cutoff := last
 	res.Skip = func(b *channels.Broadcast) bool {
 		pos, ok := b.Meta.(session.Position)

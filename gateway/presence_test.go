@@ -32,7 +32,7 @@ func TestPresenceOnSessionTopics(t *testing.T) {
 	tokB, _ := n.Auth().Mint("bob", []string{"*"}, time.Hour)
 
 	a := dialWS(t, srv.URL, tokA)
-	a.join("session:pr1", map[string]any{})
+	a.join("session:pr1", map[string]any{"presence": true})
 	var state map[string]struct {
 		Metas []map[string]any `json:"metas"`
 	}
@@ -44,7 +44,7 @@ func TestPresenceOnSessionTopics(t *testing.T) {
 	}
 
 	b := dialWS(t, srv.URL, tokB)
-	joinRef := b.send("", "session:pr1", "phx_join", map[string]any{})
+	joinRef := b.send("", "session:pr1", "phx_join", map[string]any{"presence": true})
 	b.until(joinRef)
 	state = nil
 	if err := json.Unmarshal(b.nextEvent("presence_state").Payload, &state); err != nil || len(state) != 2 {
@@ -67,5 +67,15 @@ func TestPresenceOnSessionTopics(t *testing.T) {
 	}
 	if diff.Joins == nil || diff.Leaves == nil {
 		t.Fatalf("a diff must always carry joins and leaves: %+v", diff)
+	}
+
+	// Without "presence" a join is not tracked: no state for it, no diff.
+	c := dialWS(t, srv.URL, tokB)
+	c.join("session:pr1", map[string]any{})
+	if evs := c.barrier(); len(evs) != 0 {
+		t.Fatalf("untracked join got session events %v", evs)
+	}
+	if got := n.presence.Size("session:pr1"); got != 1 {
+		t.Fatalf("%d presences tracked, want only alice", got)
 	}
 }
