@@ -102,6 +102,12 @@ var errUnreachable = errors.New("gateway: owner unreachable")
 // errUnreachable means nothing reached the owner; a *apiError carries the
 // owner's refusal or the forward_timeout code.
 func (n *Node) forward(ctx context.Context, owner, id string, in session.Input) (acceptedBody, *session.LeaseHeldError, error) {
+	if !n.nc.IsConnected() {
+		// While reconnecting, nats.go buffers the request and sends it once
+		// the link is back: the owner would run it long after this caller
+		// gave up. Nothing is sent; the caller gets a retry directive.
+		return acceptedBody{}, nil, fmt.Errorf("%w: nats %s", errUnreachable, n.nc.Status())
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
 	defer cancel()
 	body, _ := json.Marshal(forwardRequest{Session: id, Input: in, Owner: owner})
