@@ -51,6 +51,10 @@ func (n *Node) buildCluster(ctx context.Context) error {
 	}
 
 	mcfg := n.cfg.Muster
+	if n.cfg.NATSURL == "" && mcfg.SingletonPromotion == 0 {
+		// Alone by construction: no peer can appear, so become ready at once.
+		mcfg.SingletonPromotion = 10 * time.Millisecond
+	}
 	if mcfg.ViewHeartbeat == 0 {
 		mcfg.ViewHeartbeat = n.cfg.MusterHeartbeat
 	}
@@ -75,7 +79,7 @@ func (n *Node) buildCluster(ctx context.Context) error {
 	mcfg.Node = n.name
 	mcfg.Incarnation = n.incarnationNum
 	mcfg.Transport = musterTr
-	mcfg.Logger = n.log.Named("muster")
+	mcfg.Logger = n.baseLog.Named("muster") // muster adds the node field itself
 	mcfg.Tracer = n.tracer
 	scope, err := muster.New(mcfg)
 	if err != nil {

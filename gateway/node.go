@@ -32,7 +32,8 @@ type Node struct {
 	incarnation    string
 	incarnationNum uint64 // start time in Unix ns: grows across restarts of a node name
 	mode           string
-	log            *zap.Logger
+	log            *zap.Logger // with the node field
+	baseLog        *zap.Logger
 	tracer         *trace.Tracer
 	auth           *Authenticator
 	metrics        *metrics
@@ -89,6 +90,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		incarnation:    strconv.FormatUint(inc, 36),
 		incarnationNum: inc,
 		log:            log.With(zap.String("node", name)),
+		baseLog:        log,
 		tracer:         opts.Tracer,
 		auth:           NewAuthenticator(cfg.JWTSecret, cfg.APIKeys, cfg.AdminToken),
 		metrics:        newMetrics(),
@@ -153,7 +155,8 @@ func (n *Node) Name() string { return n.name }
 // never silently extend its predecessor's lease.
 func (n *Node) Owner() string { return n.name + "/" + n.incarnation }
 
-// Mode is "embedded" (single node, in-memory stores) or "cluster".
+// Mode is "embedded" (single node, in-memory stores), "single" (one node
+// with durable stores, no NATS) or "cluster".
 func (n *Node) Mode() string { return n.mode }
 
 // Auth returns the node's authenticator (used to mint the development token).

@@ -70,7 +70,7 @@ func run(cfg gateway.Config) error {
 			return err
 		}
 		log.Warn("development mode: JWT_SECRET not set, using a random secret",
-			zap.String("open", fmt.Sprintf("http://%s/#token=%s", browseAddr(ln.Addr()), tok)),
+			zap.String("open", fmt.Sprintf("http://%s/#token=%s&session=demo-1", browseAddr(ln.Addr()), tok)),
 			zap.String("api_token", tok),
 			zap.String("admin_token", cfg.AdminToken))
 	}
