@@ -123,6 +123,13 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 		res.Then = append(res.Then, n.trackPresence(ch, claims)...)
 	}
 	cutoff := last
+	if err == nil && !complete && len(events) == 0 {
+		// The log neither reaches back to the cursor nor holds anything
+		// after it: the cursor is ahead of the log (a restarted embedded
+		// node, a wiped store), not behind. Every live event is news to
+		// this client; dropping those up to its cursor would lose them.
+		cutoff = session.Position{}
+	}
 	res.Skip = func(b *channels.Broadcast) bool {
 		pos, ok := b.Meta.(session.Position)
 		return ok && !cutoff.Less(pos)
