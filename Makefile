@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 5s
 PKGS := ./...
 
-.PHONY: run build web node_modules test lint unit fuzz e2e services bench load cluster load-cluster clean
+.PHONY: run build web test lint unit fuzz e2e services bench load cluster load-cluster clean
 
 run: web
 	$(GO) run ./cmd/gateway
