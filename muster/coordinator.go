@@ -26,6 +26,7 @@ type coordinator struct {
 	views    map[string]viewEntry // member_views: newest-seq-wins
 	owed     map[string]Seq       // owed_snapshots: router → round seq
 	viewSeq  Seq                  // our announce watermark
+	move     ringMove             // our last ring transition (rides rounds and markers)
 	pending  *viewRound           // open prepare round (two-phase adoption)
 	promoted bool                 // left the initial singleton state
 	leaving  bool
@@ -221,6 +222,7 @@ func (c *coordinator) init() {
 	s.viewHash.Store(c.hash)
 	c.setStatus(Converging)
 	c.viewSeq = s.nextSeq()
+	c.move = ringMove{Seq: c.viewSeq, Prev: []string{s.self}, Cur: []string{s.self}}
 	if c.started {
 		c.rebuildShards()
 	}

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/relaygw/relay/muster/ring"
 )
 
 // discoverMsg builds a discover (or discover-ack) to node to. The view and
@@ -91,6 +93,7 @@ func (c *coordinator) onInbound(from string, m *wireMsg) {
 		c.recomputeStatus()
 	case kindMarker:
 		s.tr.Emit("muster_rebalance_marker", "scope", s.name, "node", s.self, "source", from, "view_hash", *m.View, "seq", m.Seq)
+		c.retractMoved(from, m.Move)
 		if c.noteView(from, m.Inc, *m.View, m.Seq, false) {
 			c.recomputeStatus()
 		}
@@ -212,7 +215,7 @@ func (c *coordinator) heartbeat() {
 // every member except self, skip, and every node we owe a snapshot.
 func (c *coordinator) announce(skip map[string]bool) {
 	s := c.s
-	h, wm := c.hash, c.viewSeq
+	h, wm, mv := c.hash, c.viewSeq, c.move
 	for _, m := range c.members {
 		if m.Name == s.self || skip[m.Name] {
 			continue
@@ -221,6 +224,31 @@ func (c *coordinator) announce(skip map[string]bool) {
 			continue
 		}
 		s.tr.Emit("muster_marker_sent", "scope", s.name, "node", s.self, "to", m.Name, "view_hash", h, "seq", wm)
-		s.send(m.Name, &wireMsg{Kind: kindMarker, Inc: s.inc.Load(), View: &h, Seq: wm})
+		s.send(m.Name, &wireMsg{Kind: kindMarker, Inc: s.inc.Load(), View: &h, Seq: wm, Move: &mv})
+	}
+}
+
+// retractMoved applies a source's ring transition (mv, nil: nothing) to our
+// rows for it: a group that moved onto us in that transition and that the
+// source held was sent to us in the round at mv.Seq (a full snapshot or a
+// delta), so its rows below mv.Seq for every other group that moved onto us
+// are retractions we never received. They are left over from an earlier
+// time we routed the group (the vacancy went to the router in between),
+// and since we route the group again no sweep would ever judge them.
+// Tombstoning in place keeps each row's seq, so the round at mv.Seq and any
+// later claim still win. Applied on every round and marker that carries it
+// (idempotent), so a late write below mv.Seq is retracted by the next
+// heartbeat.
+func (c *coordinator) retractMoved(from string, mv *ringMove) {
+	s := c.s
+	if mv == nil || from == s.self || slices.Equal(mv.Prev, mv.Cur) {
+		return
+	}
+	prev := ring.New(mv.Prev, s.cfg.VirtualNodes)
+	cur := ring.New(mv.Cur, s.cfg.VirtualNodes)
+	onto := func(g string) bool { return cur.Find(g) == s.self && prev.Find(g) != s.self }
+	for _, g := range s.occ.retract(from, mv.Seq, onto, time.Now()) {
+		s.tr.Emit("muster_moved_retracted", "scope", s.name, "node", s.self, "group", g, "source", from, "seq", mv.Seq)
+		s.log.Debug("muster: retracted a row of a group moved onto us", zap.String("group", g), zap.String("source", from), zap.Stringer("seq", mv.Seq))
 	}
 }

@@ -174,7 +174,7 @@ func runModel(t *testing.T, seed int64) {
 	}
 	c.waitReady(final...)
 	quiesceGroups(t, c, final, groups)
-	checkTargets(t, c, final, groups)
+	checkTargets(t, c, seed, final, groups)
 }
 
 // quiesceGroups waits until every group on every node is either held with
@@ -197,7 +197,7 @@ func quiesceGroups(t *testing.T, c *cluster, nodes, groups []string) {
 	})
 }
 
-func checkTargets(t *testing.T, c *cluster, nodes, groups []string) {
+func checkTargets(t *testing.T, c *cluster, seed int64, nodes, groups []string) {
 	t.Helper()
 	check := func() (msg string, hole bool) {
 		for _, g := range groups {
@@ -249,6 +249,14 @@ func checkTargets(t *testing.T, c *cluster, nodes, groups []string) {
 						dump += e.String() + "\n"
 					}
 				}
+			}
+			if dir := os.Getenv("MUSTER_MODEL_TRACE_DIR"); dir != "" {
+				var all []byte
+				for _, e := range c.tr.Events() {
+					all = append(all, e.String()...)
+					all = append(all, '\n')
+				}
+				_ = os.WriteFile(fmt.Sprintf("%s/seed-%d.trace", dir, seed), all, 0o644)
 			}
 			t.Fatalf("%s\n%s", msg, dump)
 		}

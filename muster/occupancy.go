@@ -179,6 +179,24 @@ func (t *occTable) applyRound(source string, groups []string, seq Seq, full bool
 	return a
 }
 
+// retract tombstones in place (keeping each row's seq, so any newer write
+// of the source still wins) every present row of source below seq whose
+// group moved reports true. It returns the groups retracted.
+func (t *occTable) retract(source string, seq Seq, moved func(group string) bool, now time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for g := range t.bySource[source] {
+		r := t.rows[g][source]
+		if r.Tomb || !r.Seq.Less(seq) || !moved(g) {
+			continue
+		}
+		r.Tomb, r.TombAt = true, now
+		out = append(out, g)
+	}
+	return out
+}
+
 func (t *occTable) deleteLocked(group, source string) {
 	g := t.rows[group]
 	delete(g, source)

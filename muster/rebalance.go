@@ -139,6 +139,7 @@ func (c *coordinator) rebalance(target []NodeID) {
 
 	// Step 4: the snapshot seq cut.
 	snapSeq := s.nextSeq()
+	c.move = ringMove{Seq: snapSeq, Prev: names(old), Cur: names(target)}
 
 	// Step 5: synchronous gather.
 	held := c.gather(false)
@@ -216,7 +217,8 @@ func (c *coordinator) rebalance(target []NodeID) {
 func (c *coordinator) dispatchRound(to NodeID, groups []string, seq Seq, full bool) {
 	s := c.s
 	h := c.hash
-	msg := &wireMsg{Kind: kindRound, Inc: seq.Inc, Groups: groups, Seq: seq, View: &h, Full: full}
+	mv := c.move
+	msg := &wireMsg{Kind: kindRound, Inc: seq.Inc, Groups: groups, Seq: seq, View: &h, Full: full, Move: &mv}
 	s.tr.Emit("muster_round_dispatch", "scope", s.name, "node", s.self, "router", to.Name, "full", full, "groups", len(groups), "seq", seq)
 	s.worker(func() {
 		err := s.call(to.Name, msg)
@@ -239,7 +241,8 @@ func (c *coordinator) onRoundDone(d *roundDone) {
 			if c.pending == nil && !c.leaving && slices.Contains(c.members, d.router) {
 				h, wm := c.hash, c.viewSeq
 				s.tr.Emit("muster_marker_sent", "scope", s.name, "node", s.self, "to", d.router.Name, "view_hash", h, "seq", wm)
-				s.send(d.router.Name, &wireMsg{Kind: kindMarker, Inc: s.inc.Load(), View: &h, Seq: wm})
+				mv := c.move
+				s.send(d.router.Name, &wireMsg{Kind: kindMarker, Inc: s.inc.Load(), View: &h, Seq: wm, Move: &mv})
 			}
 		}
 		return
@@ -276,6 +279,7 @@ func (c *coordinator) applyRound(from string, m *wireMsg) error {
 	if old, ok := c.peers[from]; ok && old < m.Inc {
 		c.depart(NodeID{from, old}, "new incarnation")
 	}
+	c.retractMoved(from, m.Move)
 	if m.View != nil {
 		c.noteView(from, m.Inc, *m.View, m.Seq, false)
 	}

@@ -34,6 +34,21 @@ type wireMsg struct {
 	WM     *Seq    `json:"w,omitempty"`
 	Full   bool    `json:"full,omitempty"`
 	Target uint64  `json:"t,omitempty"`
+	// Move is the sender's last ring transition, on rebalance rounds and
+	// markers (see ringMove).
+	Move *ringMove `json:"mv,omitempty"`
+}
+
+// ringMove is a ring transition: at seq Seq the sender's ring went from the
+// member names Prev to Cur (both sorted, ring names ignore incarnations).
+// Every group it held that moved onto a router in that transition was sent
+// to that router in the round at Seq, so a router reading it knows that the
+// sender's rows below Seq for the other groups that moved onto it are
+// retracted (see coordinator.retractMoved).
+type ringMove struct {
+	Seq  Seq      `json:"s"`
+	Prev []string `json:"p"`
+	Cur  []string `json:"c"`
 }
 
 var okReply = []byte(`{"ok":true}`)
@@ -69,6 +84,9 @@ func decode(b []byte) (*wireMsg, error) {
 	}
 	if m.Kind == kindMarker && (m.View == nil) {
 		return nil, fmt.Errorf("%w: marker without view", ErrBadMessage)
+	}
+	if mv := m.Move; mv != nil && (mv.Seq.Inc != m.Inc || len(mv.Prev) == 0 || len(mv.Cur) == 0) {
+		return nil, fmt.Errorf("%w: ring move of another incarnation or without members", ErrBadMessage)
 	}
 	return &m, nil
 }
