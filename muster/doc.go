@@ -48,6 +48,19 @@
 // not newer than the last from that source, and records the sender's view
 // with the data.
 //
+// Rows of a group routed away and back. The sweep only judges rows for
+// groups we no longer route, and only once the source agreed with our view
+// at a watermark above the row. If the group moves back to us before that
+// (a node joined and left again) and the source vacated it meanwhile (the
+// vacancy went to the router in between), nothing would ever retract the
+// row: the source's shrink sends a delta of the held groups that moved onto
+// us, and the group is not held. So every rebalance round and marker
+// carries the sender's last ring transition {seq, previous and current
+// ring names}; the receiver tombstones in place the sender's present rows
+// below that seq for groups that moved onto it in that transition (the
+// held ones were re-sent at that seq, which wins over the tombstone).
+// TestVacatedWhileRoutedAwayThenRoutedBack forces this ordering.
+//
 // Readiness: each node keeps member_views, the newest-seq announcement
 // {view hash, watermark} of every peer (from rounds, markers, the discovery
 // handshake and the view heartbeat). A node is ready when every member's
