@@ -64,7 +64,7 @@ func runModel(t *testing.T, seed int64) {
 		cfg.RPCTimeout = 300 * time.Millisecond
 		cfg.ViewHeartbeat = 50 * time.Millisecond
 		cfg.Cooldown = 20 * time.Millisecond
-		cfg.TombstoneWindow = 200 * time.Millisecond
+		cfg.TombstoneWindow = 5 * cfg.RPCTimeout // the spec's default ratio: a claim in flight outlives its tombstone
 	}
 	defer func() {
 		if t.Failed() {
