@@ -63,25 +63,7 @@ func (c *testCluster) add(name string, agent session.Agent) (*Node, *httptest.Se
 // hash and a view of all the nodes.
 func (c *testCluster) waitReady() {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := true
-		for _, n := range c.nodes {
-			if n.scope.Status() != muster.Ready || n.scope.ViewHash() != c.nodes[0].scope.ViewHash() || len(n.scope.Members()) != len(c.nodes) {
-				ok = false
-			}
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			for _, n := range c.nodes {
-				c.t.Logf("%s: %v %x %v", n.name, n.scope.Status(), n.scope.ViewHash(), n.scope.Members())
-			}
-			c.t.Fatal("cluster did not become ready")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitReadyAmong(c.t, c.nodes)
 }
 
 func (c *testCluster) token() string {
