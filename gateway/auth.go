@@ -55,15 +55,16 @@ func NewAuthenticator(secret string, apiKeys []string, adminToken string) *Authe
 
 var errBadToken = errors.New("gateway: invalid token")
 
-// ParseToken verifies a JWT and returns its claims. Only HS256 is accepted;
-// exp is required to be in the future when present.
+// ParseToken verifies a JWT and returns its claims. Only HS256 is accepted,
+// and exp is required and must be in the future (5 s leeway): a token that
+// never expires is refused.
 func (a *Authenticator) ParseToken(tok string) (*Claims, error) {
 	if tok == "" {
 		return nil, errBadToken
 	}
 	c := &Claims{}
 	_, err := jwt.ParseWithClaims(tok, c, func(*jwt.Token) (any, error) { return a.secret, nil },
-		jwt.WithValidMethods([]string{"HS256"}), jwt.WithLeeway(5*time.Second))
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithLeeway(5*time.Second), jwt.WithExpirationRequired())
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errBadToken, err)
 	}
