@@ -1,9 +1,11 @@
 package gateway
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -37,5 +39,27 @@ func TestParseTokenRequiresExpiry(t *testing.T) {
 	c, err := a.ParseToken(ok)
 	if err != nil || !c.Allows("s1") || c.Allows("s2") {
 		t.Fatalf("fresh token: %v %v", c, err)
+	}
+}
+
+// TestSocketClosedWhenTokenExpires: a joined socket is closed with 1001 when
+// the token it joined with expires.
+func TestSocketClosedWhenTokenExpires(t *testing.T) {
+	n, srv, _ := testNode(t, nil)
+	tok, err := n.Auth().Mint("u", []string{"*"}, 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := dialWS(t, srv.URL, tok)
+	ws.join("session:exp1", map[string]any{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		if _, err := ws.read(ctx); err != nil {
+			if got := websocket.CloseStatus(err); got != websocket.StatusGoingAway {
+				t.Fatalf("socket ended with %v (%v), want close 1001", got, err)
+			}
+			return
+		}
 	}
 }

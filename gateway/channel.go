@@ -75,6 +75,7 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 		}
 	}
 
+	n.expireAt(ch, claims)
 	ch.Subscribe()
 
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
@@ -166,6 +167,23 @@ func (h sessionChannel) Terminate(ch *channels.Channel, _ channels.CloseReason) 
 	if ref, ok := h.n.presenceRef.LoadAndDelete(ch); ok {
 		h.n.presence.Untrack(ch.Topic(), ref.(string))
 	}
+	if t, ok := h.n.expiries.LoadAndDelete(ch); ok {
+		t.(*time.Timer).Stop()
+	}
+}
+
+// expireAt closes the channel's socket (1001) when the token it joined with
+// expires, so a socket never watches a session longer than its token allows;
+// the client reconnects with a fresh token.
+func (n *Node) expireAt(ch *channels.Channel, claims *Claims) {
+	if claims.ExpiresAt == nil {
+		return
+	}
+	sock := ch.Socket()
+	n.expiries.Store(ch, time.AfterFunc(time.Until(claims.ExpiresAt.Time), func() {
+		n.log.Debug("token expired: closing socket", zap.String("socket", sock.ID()))
+		sock.Close(channels.CloseGoingAway)
+	}))
 }
 
 // trackPresence tracks the joining channel under its token's subject (the

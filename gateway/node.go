@@ -49,6 +49,7 @@ type Node struct {
 	pubsub      *PubSub
 	presence    *presence.Tracker
 	presenceRef sync.Map // *channels.Channel → its presence phx_ref
+	expiries    sync.Map // *channels.Channel → *time.Timer closing its socket at token expiry
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
