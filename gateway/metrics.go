@@ -3,6 +3,7 @@ package gateway
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // metrics are the node's Prometheus collectors, on a registry of its own so
@@ -22,32 +23,25 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
-		accepted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_events_accepted_total", Help: "Events accepted into sessions owned by this node."}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_events_refused_total", Help: "Events refused, by error code."}, []string{"code"}),
-		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_events_published_total", Help: "Session events published by this node."}),
-		deliveries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_deliveries_total", Help: "Event frames enqueued to local sockets."}),
-		replayed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_replayed_events_total", Help: "Events replayed to joining sockets."}),
-		replayErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_replay_errors_total", Help: "Joins whose replay read failed (recovered:false)."}),
-		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_socket_auth_failures_total", Help: "Sockets refused for a missing or invalid token."}),
-		nodeMessages: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_pubsub_node_messages_total", Help: "Event messages sent to other nodes (routed to a router or delivered to a target)."}),
-		forwards: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_forwards_total", Help: "Events forwarded to the owner node."}),
-		floods: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_pubsub_floods_total", Help: "Events flooded to every node because the routing table could not be trusted."}),
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	f := promauto.With(reg)
+	counter := func(name, help string) prometheus.Counter {
+		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
-	m.reg.MustRegister(m.accepted, m.refused, m.published, m.deliveries, m.replayed, m.replayErrors, m.authFailures, m.nodeMessages, m.floods, m.forwards,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return m
+	return &metrics{
+		reg:          reg,
+		accepted:     counter("relay_events_accepted_total", "Events accepted into sessions owned by this node."),
+		refused:      f.NewCounterVec(prometheus.CounterOpts{Name: "relay_events_refused_total", Help: "Events refused, by error code."}, []string{"code"}),
+		published:    counter("relay_events_published_total", "Session events published by this node."),
+		deliveries:   counter("relay_deliveries_total", "Event frames enqueued to local sockets."),
+		replayed:     counter("relay_replayed_events_total", "Events replayed to joining sockets."),
+		replayErrors: counter("relay_replay_errors_total", "Joins whose replay read failed (recovered:false)."),
+		authFailures: counter("relay_socket_auth_failures_total", "Sockets refused for a missing or invalid token."),
+		nodeMessages: counter("relay_pubsub_node_messages_total", "Event messages sent to other nodes (routed to a router or delivered to a target)."),
+		forwards:     counter("relay_forwards_total", "Events forwarded to the owner node."),
+		floods:       counter("relay_pubsub_floods_total", "Events flooded to every node because the routing table could not be trusted."),
+	}
 }
 
 // registerNode adds gauges read from the node's parts at scrape time.
