@@ -139,16 +139,9 @@ func TestRenewerDeadlineCancelsTurn(t *testing.T) {
 func TestRenewerLostToAnotherOwner(t *testing.T) {
 	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
 		st := newStores(t)
-		tr := trace.New()
-		cfg, rec, clk := testConfig(st, "a/1", tr)
-		ag := newBlockAgent()
-		cfg.Agent = ag
-		m := startManager(t, cfg)
+		b := startBlockedTurn(t, st)
+		tr, cfg, rec, clk, m := b.tr, b.cfg, b.rec, b.clk, b.m
 		ctx := context.Background()
-
-		submit(t, m, "s1", "think")
-		<-ag.started
-		waitFor(t, tr, trace.Kind("renewer.armed", "session", "s1"), 1)
 		// A pauses; its lease lapses and b/1 claims the session.
 		st.advance(t, cfg.LeaseTTL+time.Second)
 		if l, err := st.leases.Claim(ctx, "s1", "b/1", cfg.LeaseTTL); err != nil || l.Epoch != 2 {
@@ -178,16 +171,9 @@ func TestRenewerLostToAnotherOwner(t *testing.T) {
 func TestRenewerReclaimedEpochStandsDown(t *testing.T) {
 	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
 		st := newStores(t)
-		tr := trace.New()
-		cfg, _, clk := testConfig(st, "a/1", tr)
-		ag := newBlockAgent()
-		cfg.Agent = ag
-		m := startManager(t, cfg)
+		b := startBlockedTurn(t, st)
+		tr, cfg, clk, m := b.tr, b.cfg, b.clk, b.m
 		ctx := context.Background()
-
-		submit(t, m, "s1", "think")
-		<-ag.started
-		waitFor(t, tr, trace.Kind("renewer.armed", "session", "s1"), 1)
 		st.advance(t, cfg.LeaseTTL+time.Second)
 		clk.Advance(cfg.RenewEvery)
 
@@ -237,4 +223,27 @@ func TestRenewerRealClockCluster(t *testing.T) {
 	}
 	close(ag.release)
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+}
+
+// blockedTurn is owner a/1 running a turn of session s1 whose agent blocks,
+// with the session's renewer armed.
+type blockedTurn struct {
+	tr  *trace.Tracer
+	cfg Config
+	rec *recorder
+	clk *fakeClock
+	m   *Manager
+}
+
+func startBlockedTurn(t *testing.T, st *stores) blockedTurn {
+	t.Helper()
+	tr := trace.New()
+	cfg, rec, clk := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfg.Agent = ag
+	m := startManager(t, cfg)
+	submit(t, m, "s1", "think")
+	<-ag.started
+	waitFor(t, tr, trace.Kind("renewer.armed", "session", "s1"), 1)
+	return blockedTurn{tr: tr, cfg: cfg, rec: rec, clk: clk, m: m}
 }
