@@ -3,6 +3,7 @@ package muster
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,13 +63,16 @@ type (
 		seq  Seq
 		err  error
 	}
-	drainReq  struct{ reply chan error }
-	dumpReq   struct{ reply chan coordDump }
-	promote   struct{ inc uint64 }
-	settled   struct{}
-	resetReq  struct{ reason string }
-	tickReq   struct{ which string }
-	coordFunc struct{ f func(*coordinator) } // runs f on the coordinator goroutine
+	drainReq struct{ reply chan error }
+	dumpReq  struct{ reply chan coordDump }
+	promote  struct{ inc uint64 }
+	settled  struct{}
+	resetReq struct{ reason string }
+	tickReq  struct{ which string }
+	// suspectReq runs the failure detector with node judged silent whatever
+	// was heard from it since (a forced false suspicion, for tests).
+	suspectReq struct{ node string }
+	coordFunc  struct{ f func(*coordinator) } // runs f on the coordinator goroutine
 )
 
 // resetSignal makes the coordinator restart without logging a crash.
@@ -187,6 +191,9 @@ func (c *coordinator) handle(msg any) {
 		case "ae":
 			c.antiEntropy()
 		}
+	case *suspectReq:
+		c.s.live.silence(m.node)
+		c.failureDetector(m.node)
 	}
 }
 
@@ -274,7 +281,9 @@ func (c *coordinator) setStatus(st Status) {
 	}
 }
 
-func (c *coordinator) failureDetector() {
+// failureDetector departs every incarnation silent for PeerDownAfter, and the
+// peers named in forced whatever was heard from them.
+func (c *coordinator) failureDetector(forced ...string) {
 	s := c.s
 	// Every incarnation heard from, registered or not, is judged: an
 	// unregistered one may still have written rows (a claim or round that
@@ -286,7 +295,7 @@ func (c *coordinator) failureDetector() {
 		}
 	}
 	for name, inc := range c.peers {
-		if s.live.last(name, inc).Before(cutoff) {
+		if slices.Contains(forced, name) || s.live.last(name, inc).Before(cutoff) {
 			c.depart(NodeID{name, inc}, "silent")
 		}
 	}

@@ -16,8 +16,7 @@ func (s *Scope) ArmCrash(point string, n int) {
 
 // ForceDown makes the failure detector treat node as silent now.
 func (s *Scope) ForceDown(node string) {
-	s.live.silence(node)
-	s.postAsync(s.coord.mbox, &tickReq{"fd"})
+	s.postAsync(s.coord.mbox, &suspectReq{node})
 }
 
 // FlushAll triggers every shard's vacant flush.
