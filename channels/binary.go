@@ -2,7 +2,7 @@ package channels
 
 // Binary frames (V2 only). Every length is one unsigned byte, so join_ref,
 // ref, topic and event/status are at most 255 bytes each. The headers are
-// asymmetric (phoenix-protocol.md §2.2; v2_json_serializer.ex,
+// asymmetric (docs/PHOENIX.md §2.2; v2_json_serializer.ex,
 // serializer.js binaryEncode/binaryDecode):
 //
 //	kind 0 push, client → server: 0, jr_len, ref_len, topic_len, event_len, jr, ref, topic, event, payload

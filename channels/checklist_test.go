@@ -15,7 +15,7 @@ import (
 )
 
 // Tests named TestChecklistNN follow the checklist at the end of
-// phoenix-protocol.md, item NN.
+// docs/PHOENIX.md, item NN.
 
 func roomServer(t *testing.T, h *funcHandler, cfg EndpointConfig) *testServer {
 	return newTestServer(t, cfg, map[string]Handler{"room:*": h})
@@ -493,7 +493,7 @@ func TestChecklist27BinaryFrames(t *testing.T) {
 	c := ts.dial(t, "?vsn=2.0.0")
 	c.send(`["10","10","top","phx_join",{}]`)
 	c.expect(`["10","10","top","phx_reply",{"status":"ok","response":{}}]`)
-	// The frame from phoenix-protocol.md §2.2: join_ref "10", ref "1".
+	// The frame from docs/PHOENIX.md §2.2: join_ref "10", ref "1".
 	c.sendBinary([]byte("\x00\x02\x01\x03\x0210" + "1" + "top" + "ev" + "\x01"))
 	if got := <-h.got; got != "ev 01" {
 		t.Fatalf("handler got %q", got)

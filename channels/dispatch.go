@@ -8,7 +8,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// dispatch routes one decoded frame (phoenix-protocol.md §3; socket.ex
+// dispatch routes one decoded frame (docs/PHOENIX.md §3; socket.ex
 // handle_in clauses, in the same order).
 func (s *Socket) dispatch(m *Message) {
 	switch {

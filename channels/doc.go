@@ -4,7 +4,7 @@
 // runs the Phoenix state machine (heartbeats, join refs, duplicate joins,
 // leaves, crashes, idle timeout) and routes topics to Handlers; a Hub fans
 // broadcasts out to local channels, encoding each frame once per serializer.
-// Source for every behaviour: /work/shared/research/phoenix-protocol.md.
+// Source for every behaviour: docs/PHOENIX.md.
 //
 // Goroutines per socket: the reader (Endpoint.ServeHTTP, or whoever calls
 // Socket.Receive for an in-memory Transport) and a writer that exists only

@@ -142,7 +142,7 @@ func (e *Endpoint) Hub() *Hub { return e.hub }
 // Stats returns a snapshot of the counters.
 func (e *Endpoint) Stats() Stats { return e.stats.snapshot() }
 
-// ServeHTTP accepts a socket (phoenix-protocol.md §1.2, in Phoenix's order):
+// ServeHTTP accepts a socket (docs/PHOENIX.md §1.2, in Phoenix's order):
 // non-GET → 400; draining → 503; Origin not allowed → 403; vsn not 1.x/2.x →
 // 403; Connect error → 403; then the WebSocket upgrade, answering
 // Sec-WebSocket-Protocol: phoenix when the client offered it. It returns
@@ -218,7 +218,7 @@ func (e *Endpoint) readLoop(conn *websocket.Conn, s *Socket) {
 }
 
 // authTokenPrefix marks the subprotocol entry carrying the auth token
-// (phoenix.js AUTH_TOKEN_PREFIX; phoenix-protocol.md §1.3).
+// (phoenix.js AUTH_TOKEN_PREFIX; docs/PHOENIX.md §1.3).
 const authTokenPrefix = "base64url.bearer.phx."
 
 // authFromProtocols extracts the auth token from Sec-WebSocket-Protocol and

@@ -15,7 +15,7 @@ var (
 	// topic or event, a truncated binary header, ...).
 	ErrMalformed = errors.New("channels: malformed frame")
 	// ErrFieldTooLong: a binary frame field (join_ref, ref, topic, event or
-	// status) is longer than 255 bytes (phoenix-protocol.md §2.2).
+	// status) is longer than 255 bytes (docs/PHOENIX.md §2.2).
 	ErrFieldTooLong = errors.New("channels: binary frame field longer than 255 bytes")
 	// ErrBinaryUnsupported: binary payloads cannot travel over the V1
 	// serializer.
@@ -33,7 +33,7 @@ var (
 
 // Reply reasons sent to clients in error replies:
 // {"status":"error","response":{"reason":<reason>}}.
-// Source: phoenix-protocol.md §3.2-3.5 (the strings Phoenix itself sends).
+// Source: docs/PHOENIX.md §3.2-3.5 (the strings Phoenix itself sends).
 const (
 	// ReasonUnmatchedTopic answers a join on a topic with no route and any
 	// non-join event on a topic the socket has not joined; join_ref is null.
@@ -55,7 +55,7 @@ const (
 
 // CloseCode is a WebSocket close status code sent by the server. The server
 // never closes with 1000: phoenix.js 1.8.0-1.8.15 does not reconnect after it
-// (phoenix-protocol.md §4.6).
+// (docs/PHOENIX.md §4.6).
 type CloseCode int
 
 // Close codes the server uses, with the reason text sent in the close frame.
@@ -63,7 +63,7 @@ type CloseCode int
 const (
 	// CloseGoingAway (1001, "going away" / "idle timeout"): forced
 	// disconnect (Endpoint.Disconnect) and the idle timeout (nothing received
-	// for HeartbeatTimeout). Source: phoenix-protocol.md §3.8, websocket.ex.
+	// for HeartbeatTimeout). Source: docs/PHOENIX.md §3.8, websocket.ex.
 	CloseGoingAway CloseCode = 1001
 	// CloseUnsupportedData (1003, "binary frame on V1"): a binary frame on a
 	// V1 (JSON object) socket.
@@ -128,7 +128,7 @@ const (
 	// ReasonLeave: the client sent phx_leave.
 	ReasonLeave CloseReason = "leave"
 	// ReasonDuplicateJoin: the client joined the same topic again; the old
-	// channel is replaced (phoenix-protocol.md §3.3).
+	// channel is replaced (docs/PHOENIX.md §3.3).
 	ReasonDuplicateJoin CloseReason = "duplicate_join"
 	// ReasonServerClose: the server closed the channel (Channel.Close).
 	ReasonServerClose CloseReason = "closed"

@@ -9,7 +9,7 @@ import (
 )
 
 // originAllowed implements the pre-upgrade Origin check (transport.ex
-// check_origin; phoenix-protocol.md §1.2 step 2). No Origin header: allowed
+// check_origin; docs/PHOENIX.md §1.2 step 2). No Origin header: allowed
 // (non-browser clients). An Origin whose host equals the request's Host:
 // allowed. Otherwise the Origin must match one of patterns:
 //   - "example.com" matches the Origin's host name (any port);

@@ -5,7 +5,7 @@ import "encoding/json"
 // Ref is an opaque client reference (a ref or a join_ref). It keeps the raw
 // JSON token the client sent (a string or, leniently, a number) so it is echoed
 // byte-for-byte; the zero value is null. phoenix.js sends decimal strings
-// ("3"); the server never renumbers them (phoenix-protocol.md §2.1, §7).
+// ("3"); the server never renumbers them (docs/PHOENIX.md §2.1, §7).
 type Ref struct {
 	raw string // JSON token; "" means null
 }

@@ -37,7 +37,7 @@ const numSerializers = 2
 
 // SerializerFor picks the serializer for a vsn query value: missing → V1
 // ("1.0.0" is Phoenix's default), 1.x → V1, 2.x → V2, else
-// ErrUnsupportedVersion (socket.ex negotiate_serializer; phoenix-protocol.md
+// ErrUnsupportedVersion (socket.ex negotiate_serializer; docs/PHOENIX.md
 // §1.2 step 5).
 func SerializerFor(vsn string) (Serializer, error) {
 	if vsn == "" {

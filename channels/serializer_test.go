@@ -68,7 +68,7 @@ func TestEncodeV2Frames(t *testing.T) {
 }
 
 func TestBinaryFramesFromSpec(t *testing.T) {
-	// phoenix-protocol.md §2.2 byte examples.
+	// docs/PHOENIX.md §2.2 byte examples.
 	m, err := V2.Decode(Frame{Binary: true, Data: []byte("\x00\x02\x01\x03\x02" + "10" + "1" + "top" + "ev" + "\x01")})
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 // 1.x: every frame is a JSON object. Inbound {"topic","event","payload","ref"}
 // are required and "join_ref" is optional; outbound objects carry topic,
 // event, payload and ref only. No binary frames.
-// Source: v1_json_serializer.ex (phoenix-protocol.md §1.4).
+// Source: v1_json_serializer.ex (docs/PHOENIX.md §1.4).
 type v1Serializer struct{}
 
 func (v1Serializer) Version() string { return "1.0.0" }

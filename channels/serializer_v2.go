@@ -7,7 +7,7 @@ import (
 
 // v2Serializer is Phoenix's V2 JSON serializer: text frames are JSON arrays
 // [join_ref, ref, topic, event, payload]; binary frames follow binary.go.
-// Source: v2_json_serializer.ex, serializer.js (phoenix-protocol.md §2).
+// Source: v2_json_serializer.ex, serializer.js (docs/PHOENIX.md §2).
 type v2Serializer struct{}
 
 func (v2Serializer) Version() string { return "2.0.0" }
@@ -128,7 +128,7 @@ func appendV2(dst []byte, joinRef, ref Ref, topic, event string, reply bool, sta
 	return append(dst, ']')
 }
 
-// Reserved event names (phoenix-protocol.md §3).
+// Reserved event names (docs/PHOENIX.md §3).
 const (
 	eventJoin      = "phx_join"
 	eventLeave     = "phx_leave"

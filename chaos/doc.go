@@ -3,7 +3,7 @@
 // lease (SIGSTOP/SIGCONT), drained (SIGTERM, POST /admin/drain) and
 // restarted one by one under load, and every event a client posts must be
 // accepted exactly once when the client follows the retry directives
-// (DESIGN.md "Event (write)", "Takeover", "Drain"; the lease article's
+// (docs/OWNERSHIP.md "Event (write)", "Takeover", "Drain",
 // "Takeover and recovery").
 //
 // The package holds only tests and benchmarks. `go test ./chaos/` builds

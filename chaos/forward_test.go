@@ -12,7 +12,7 @@ import (
 	"github.com/relaygw/relay/internal/testenv"
 )
 
-// The four outcomes of a forward (DESIGN.md "Event (write)"), each produced
+// The four outcomes of a forward (docs/OWNERSHIP.md "Event (write)"), each produced
 // with real processes, NATS and the process controls.
 
 // TestForwardAccepted: a non-owner forwards to the owner, which accepts:

@@ -187,7 +187,7 @@ func userSocketCounts(evs []proctest.SessionEvent) map[string]int {
 // turn was running wait in its mailbox for their turn. When the owner is
 // killed mid-turn, those accepted events are not lost: the next owner
 // thaws them from the checkpoint as pending and runs them, each once. The
-// killed turn itself is lost, as the lease article says of a crash.
+// killed turn itself is lost, as docs/OWNERSHIP.md says of a crash.
 func TestKillOwnerKeepsQueuedEvents(t *testing.T) {
 	c := newCluster(t, map[string]string{"ECHO_DELAY": "100ms"})
 	a, b := c.Start("a", nil), c.Start("b", nil)

@@ -218,7 +218,7 @@ test("refused socket: no token, a bad signature, an expired token never open", a
 
 test("auth token subprotocol: the phoenix authToken option is accepted", async (t) => {
   // Tokens whose standard base64 contains "/" cannot be offered by a WebSocket client
-  // (phoenix-protocol.md §1.3); mint until one is usable.
+  // (docs/PHOENIX.md §1.3); mint until one is usable.
   let token;
   for (let i = 0; i < 200 && !token; i++) {
     const c = gw.token({ sub: `user-${i}` });

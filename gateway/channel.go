@@ -16,7 +16,7 @@ import (
 // moment (recovered:false) and never blocks the socket for long.
 const joinTimeout = 2 * time.Second
 
-// sessionChannel handles "session:<id>" topics (DESIGN.md "Join (observe)").
+// sessionChannel handles "session:<id>" topics (docs/OWNERSHIP.md "Join (observe)").
 type sessionChannel struct{ n *Node }
 
 var _ channels.Handler = sessionChannel{}
@@ -153,7 +153,7 @@ func (h sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, even
 	if ae != nil {
 		re := replyErr(ae.Code, ae.Message)
 		if ae.Retry != nil {
-			// DESIGN.md: {"reason":"retry","retry":{"after_ms":N,"budget_ms":M}}.
+			// docs/OWNERSHIP.md "Wire contracts": {"reason":"retry","retry":{"after_ms":N,"budget_ms":M}}.
 			re = &channels.ReplyError{Reason: "retry", Fields: map[string]any{"retry": ae.Retry, "error": ae.Code, "message": ae.Message}}
 		}
 		return nil, re
@@ -188,7 +188,7 @@ func (n *Node) expireAt(ch *channels.Channel, claims *Claims) {
 
 // trackPresence tracks the joining channel under its token's subject (the
 // socket id when the token has none) and returns the presence_state push the
-// channel gets right after its join reply (phoenix-protocol.md §5.3: a full
+// channel gets right after its join reply (docs/PHOENIX.md §5.3: a full
 // state after every join). The join's own presence_diff follows it.
 func (n *Node) trackPresence(ch *channels.Channel, claims *Claims) []channels.Push {
 	key := claims.Subject

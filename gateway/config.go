@@ -50,7 +50,7 @@ type Config struct {
 	DrainWindow time.Duration `name:"drain-window" env:"DRAIN_WINDOW" default:"30s" help:"Time a draining node has to hand back sessions and close sockets."`
 }
 
-// DefaultConfig returns the defaults of DESIGN.md "Defaults".
+// DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".
 func DefaultConfig() Config {
 	return Config{
 		Addr: ":4000", LogLevel: "info", Cluster: "relay",

@@ -33,7 +33,7 @@ const (
 )
 
 // RetryDirective tells a client when to re-send a refused event and how long
-// it may keep trying (DESIGN.md "Wire contracts"). AfterMS comes from the
+// it may keep trying (docs/OWNERSHIP.md "Wire contracts"). AfterMS comes from the
 // holder's remaining lease time as the database reported it.
 type RetryDirective struct {
 	AfterMS  int64 `json:"after_ms"`

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Forwarding (DESIGN.md "Event (write)"; the lease article's "forward is an
+// Forwarding (docs/OWNERSHIP.md "Event (write)": "forward is an
 // :erpc call to the owner"): a node that is not a session's owner sends the
 // event to the owner over NATS request/reply on <cluster>.fwd.<node>. The
 // owner runs the same Submit, which re-claims the lease before accepting.

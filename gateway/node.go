@@ -203,7 +203,7 @@ func (n *Node) owner(ctx context.Context, id string) (session.Lease, string) {
 // events are refused, sessions checkpoint and release their leases (expiry
 // now, so the next claim elsewhere is immediate), then every socket is closed
 // with 1012 so clients reconnect elsewhere. It returns when done or when ctx
-// ends (DESIGN.md "Drain").
+// ends (docs/OWNERSHIP.md "Drain").
 func (n *Node) Drain(ctx context.Context) error {
 	if !n.draining.CompareAndSwap(false, true) {
 		return nil

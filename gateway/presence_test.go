@@ -25,7 +25,7 @@ func (c *wsClient) nextEvent(event string) frame {
 
 // TestPresenceOnSessionTopics: every join gets a full presence_state, and the
 // other sockets on the topic get presence_diff joins and leaves
-// (phoenix-protocol.md §5.3; checklist items 28-29).
+// (docs/PHOENIX.md §5.3; checklist items 28-29).
 func TestPresenceOnSessionTopics(t *testing.T) {
 	n, srv, _ := testNode(t, nil)
 	tokA, _ := n.Auth().Mint("alice", []string{"*"}, time.Hour)

@@ -14,9 +14,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// PubSub is Muster-routed topic fan-out between nodes (DESIGN.md
+// PubSub is Muster-routed topic fan-out between nodes (docs/OWNERSHIP.md
 // "Muster-routed PubSub"; the wiring rules are corrections 11 and 13 of
-// shared/research/muster-history.md):
+// docs/MUSTER.md "History"):
 //
 //   - the origin delivers to its own sockets first and is left out of the
 //     routed fan-out;

@@ -12,7 +12,7 @@ import (
 // submit is the one write path for events, from HTTP and from channel
 // pushes. The event runs here when this node owns (or can claim) the
 // session; otherwise it is forwarded to the owner. Outcomes of a forward
-// (DESIGN.md "Event (write)"): accepted → accepted; timeout or remote error →
+// (docs/OWNERSHIP.md "Event (write)"): accepted → accepted; timeout or remote error →
 // surfaced with its own code (the event may have been accepted there); no
 // responders or lost connection → re-resolve with a fresh claim and forward
 // again or take over; a second unreachable hop → a retry directive. Nothing

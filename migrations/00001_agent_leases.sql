@@ -1,4 +1,4 @@
--- Session ownership: one row per session key (DESIGN.md "Storage").
+-- Session ownership: one row per session key (docs/OWNERSHIP.md "Storage").
 -- owner_node is "node/incarnation"; every expiry is decided on the database
 -- clock (now()) inside the claim statement.
 

@@ -1,8 +1,8 @@
 // Package muster is group-routed fan-out: for every group it knows which
 // nodes hold at least one local member, and names one router node per group
 // through which a broadcast is routed. It is a Go port of the design of
-// Forum.Muster (shared/seeds/002_097d67972ae0b194.txt, "the spec") with the
-// corrections made upstream after it (shared/research/muster-history.md).
+// Forum.Muster (docs/MUSTER.md, "The design") with the
+// corrections made upstream after it (docs/MUSTER.md, "History").
 //
 // # Protocol in brief
 //

@@ -8,7 +8,7 @@
 //
 // Tracker is a node-local, Phoenix-compatible presence: it produces the
 // presence_state payload and presence_diff payloads described in
-// phoenix-protocol §5 for the channels of one node. It is not replicated
+// docs/PHOENIX.md §5 for the channels of one node. It is not replicated
 // across the cluster; a topic's presence lists only members tracked on the
 // same node.
 package presence

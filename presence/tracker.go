@@ -24,7 +24,7 @@ type TrackerConfig struct {
 }
 
 // Tracker is a Phoenix-compatible presence for the channels of one node
-// (phoenix-protocol §5). It knows topics, keys and metas, not sockets: the
+// (docs/PHOENIX.md §5). It knows topics, keys and metas, not sockets: the
 // channel layer tracks a member when its socket joins, untracks it when the
 // socket leaves or dies, pushes List as presence_state after every join, and
 // broadcasts each OnDiff payload as presence_diff.

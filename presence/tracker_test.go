@@ -108,7 +108,7 @@ func wantJSON(t *testing.T, got json.RawMessage, want string) {
 	}
 }
 
-// client is phoenix.js Presence.syncState/syncDiff (phoenix-protocol §5.2):
+// client is phoenix.js Presence.syncState/syncDiff (docs/PHOENIX.md §5.2):
 // key → metas.
 type client map[string][]map[string]any
 

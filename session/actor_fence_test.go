@@ -10,7 +10,7 @@ import (
 	"github.com/relaygw/relay/internal/trace"
 )
 
-// The fence canary (DESIGN.md "How it is tested"): node A runs a turn and
+// The fence canary (docs/OWNERSHIP.md "How it is tested"): node A runs a turn and
 // stalls; its lease lapses on the store's clock while A notices nothing (its
 // own clock, and so its renewer, stands still, as in a long pause); node B
 // takes the session over. A's next write must come back fenced, and A must

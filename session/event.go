@@ -2,7 +2,7 @@
 // ownership: the lease and epoch fence, the per-session actor, the heartbeat
 // renewer, the replay log and the agent interface.
 //
-// The design follows the lease article (shared seeds, "Ownership: the lease",
+// The design follows docs/OWNERSHIP.md ("Ownership: the lease",
 // "The fence", "Takeover and recovery"): ownership is a durable lease row
 // decided on the store's clock; every checkpoint write carries the writer's
 // epoch and lands only if no newer epoch has written; a fenced writer halts
@@ -50,7 +50,7 @@ func (p Position) IsZero() bool { return p.Epoch == 0 && p.Seq == 0 }
 func (p Position) String() string { return fmt.Sprintf("%d-%d", p.Epoch, p.Seq) }
 
 // Event is one entry of a session's stream, as pushed to sockets and stored in
-// the replay log. Wire shape (DESIGN.md "Wire contracts"):
+// the replay log. Wire shape (docs/OWNERSHIP.md "Wire contracts"):
 //
 //	{"session":id, "epoch":E, "seq":S, "type":…, "data":{…}, "at":RFC3339}
 type Event struct {
@@ -71,7 +71,7 @@ func Topic(id string) string { return "session:" + id }
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
 // ValidID reports whether id is a valid session id: 1–128 characters of
-// [A-Za-z0-9_.:-] (DESIGN.md "Wire contracts").
+// [A-Za-z0-9_.:-] (docs/OWNERSHIP.md "Wire contracts").
 func ValidID(id string) bool { return idPattern.MatchString(id) }
 
 // ErrInvalidID is returned for a session id that fails ValidID.

@@ -17,7 +17,7 @@ import (
 type Config struct {
 	// Owner is this process's identity in the lease table: node name + "/" +
 	// a per-process incarnation id, so a restarted node never silently
-	// extends its dead predecessor's lease (DESIGN.md "Storage").
+	// extends its dead predecessor's lease (docs/OWNERSHIP.md "Storage").
 	Owner string
 	// Agent runs the turns. Nil means EchoAgent{}.
 	Agent Agent
@@ -65,7 +65,7 @@ type Config struct {
 	Tracer *trace.Tracer // nil: no trace points
 }
 
-// DefaultConfig returns the DESIGN.md defaults (lease 15 s, heartbeat 5 s,
+// DefaultConfig returns the docs/OWNERSHIP.md "Defaults" (lease 15 s, heartbeat 5 s,
 // idle hibernate 60 s). Owner, Agent and the stores are left for the caller.
 func DefaultConfig() Config {
 	return Config{

@@ -37,7 +37,7 @@ func DefaultRedisReplayConfig() RedisReplayConfig {
 // RedisReplayLog is the cluster ReplayLog: one Redis stream per session
 // (Redis 7 or newer). An event at (E, S) is the stream entry with id "E-S",
 // so entry ids only grow across takeovers and Redis itself refuses an append
-// at or below the top, which Append reports as ErrFenced (DESIGN.md
+// at or below the top, which Append reports as ErrFenced (docs/OWNERSHIP.md
 // "Storage"). Entry fields: "t" type, "d" data (JSON), "a" time
 // (RFC 3339, nanoseconds).
 //

@@ -20,7 +20,7 @@ type LeaseFixture struct {
 }
 
 // LeaseStoreSuite checks the four-case claim, release and get rules
-// (LeaseStore's doc, DESIGN.md "Storage") against the stores newFixture
+// (LeaseStore's doc, docs/OWNERSHIP.md "Storage") against the stores newFixture
 // returns; it calls newFixture once per subtest.
 func LeaseStoreSuite(t *testing.T, newFixture func(t *testing.T) LeaseFixture) {
 	const ttl = 15 * time.Second
