@@ -33,6 +33,8 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
+	@$(GO) mod tidy -diff || { echo "go mod tidy: go.mod/go.sum are not tidy (run go mod tidy)"; exit 1; }
+	@scripts/lint-refs.sh
 
 unit:
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
