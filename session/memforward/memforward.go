@@ -54,6 +54,7 @@ type fault struct {
 	kind faultKind
 	err  *session.RemoteError
 	held *Held
+	sent chan struct{} // Drop: closed once lost
 }
 
 // New returns an empty network.
@@ -94,8 +95,13 @@ func (n *Network) Sent(node string) int {
 }
 
 // Drop loses the next forward to node: its sender waits until its ctx ends
-// (ErrForwardTimeout at a deadline) and nothing runs.
-func (n *Network) Drop(node string) { n.push(node, &fault{kind: faultDrop}) }
+// (ErrForwardTimeout at a deadline) and nothing runs. The returned channel
+// is closed when the lost request has been sent.
+func (n *Network) Drop(node string) <-chan struct{} {
+	sent := make(chan struct{})
+	n.push(node, &fault{kind: faultDrop, sent: sent})
+	return sent
+}
 
 // Fail answers the next forward to node with err, without running it.
 func (n *Network) Fail(node string, err *session.RemoteError) {
@@ -193,6 +199,7 @@ func (f forwarder) Forward(ctx context.Context, holder string, req session.Forwa
 	}
 	if fl != nil && fl.kind == faultDrop {
 		n.wg.Done()
+		close(fl.sent)
 		<-ctx.Done()
 		return session.Accepted{}, ctxErr(ctx)
 	}
