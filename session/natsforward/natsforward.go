@@ -101,7 +101,9 @@ func (f *Forwarder) Forward(ctx context.Context, holder string, req session.Forw
 // Serve answers forwards to this node (Subject(Prefix, Node)) with h, each
 // on its own goroutine. A request that is not a JSON ForwardRequest is
 // answered with session.CodeBadRequest. stop unsubscribes and waits for
-// the requests being handled.
+// the requests being handled; once it returns, the server knows the node
+// stopped listening, so a forward to it finds no responders (it does not
+// wait out its timeout).
 func (f *Forwarder) Serve(h session.ForwardHandler) (stop func(), err error) {
 	if !validToken(f.cfg.Node) {
 		return nil, fmt.Errorf("natsforward: node name %q is not a subject token", f.cfg.Node)
@@ -120,6 +122,9 @@ func (f *Forwarder) Serve(h session.ForwardHandler) (stop func(), err error) {
 	}
 	return func() {
 		_ = sub.Unsubscribe()
+		if f.nc.IsConnected() {
+			_ = f.nc.Flush()
+		}
 		f.wg.Wait()
 	}, nil
 }
