@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/natsforward"
 )
 
 // The four outcomes of a forward (docs/OWNERSHIP.md "Event (write)"), each produced
@@ -86,33 +88,32 @@ func TestForwardTimeout(t *testing.T) {
 }
 
 // TestForwardRemoteError: the owner answers with an error. A real node
-// answers a malformed forward with invalid_body; a stand-in owner (a lease
-// row naming it, a NATS responder on its forward subject) answers
-// session_busy, an internal error, and a reply that is not JSON: the caller
-// surfaces each with its own code and no retry directive.
+// answers a malformed forward with the session code bad_request; a
+// stand-in owner (a lease row naming it, a NATS responder on its forward
+// subject) answers busy, draining, a lease held by a third process, an
+// internal error, and a reply that is not JSON: the caller surfaces each
+// with its documented code (a retry directive only for the refusals, its
+// delay from the remaining lease time the owner reported).
 func TestForwardRemoteError(t *testing.T) {
 	c := newCluster(t, nil)
 	a := c.Start("a", nil)
 	nc := testenv.NATSConn(t)
 
-	msg, err := nc.Request(c.Name+".fwd.a", []byte("not json"), 5*time.Second)
+	msg, err := nc.Request(natsforward.Subject(c.Name, "a"), []byte("not json"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep struct{ Error, Message string }
-	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Error != "invalid_body" {
+	var rep session.ForwardReply
+	if err := json.Unmarshal(msg.Data, &rep); err != nil || rep.Error == nil || rep.Error.Code != session.CodeBadRequest {
 		t.Fatalf("malformed forward answered %s", msg.Data)
 	}
 
 	const id = "fwd-remote-error"
 	setLease(t, c, id, "ghost/1", 7, time.Hour)
-	answers := make(chan []byte, 1)
-	sub, err := nc.Subscribe(c.Name+".fwd.ghost", func(m *nats.Msg) {
-		var req struct {
-			Session string `json:"session"`
-			Owner   string `json:"owner"`
-		}
-		if json.Unmarshal(m.Data, &req) != nil || req.Session != id || req.Owner != "ghost/1" {
+	answers := make(chan []byte, 2)
+	sub, err := nc.Subscribe(natsforward.Subject(c.Name, "ghost"), func(m *nats.Msg) {
+		var req session.ForwardRequest
+		if json.Unmarshal(m.Data, &req) != nil || req.Session != id || req.Input.IdempotencyKey != "k" {
 			t.Errorf("stand-in owner got %s", m.Data)
 		}
 		_ = m.Respond(<-answers)
@@ -124,20 +125,43 @@ func TestForwardRemoteError(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	reply := func(e *session.RemoteError) string {
+		b, err := json.Marshal(session.ForwardReply{Error: e})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
 	for _, tc := range []struct {
-		answer string
-		status int
-		code   string
+		answer  string
+		status  int
+		code    string
+		retryMS int64 // 0: no retry directive
 	}{
-		{`{"error":"session_busy","message":"the session has too many queued events"}`, http.StatusTooManyRequests, "session_busy"},
-		{`{"error":"internal","message":"internal error"}`, http.StatusBadGateway, "forward_failed"},
-		{`<html>not a reply</html>`, http.StatusBadGateway, "forward_failed"},
+		{reply(&session.RemoteError{Code: session.CodeBusy, Message: "mailbox full"}), http.StatusTooManyRequests, "session_busy", 0},
+		{reply(&session.RemoteError{Code: session.CodeDraining, Message: "draining"}), http.StatusServiceUnavailable, "draining", 100},
+		{reply(&session.RemoteError{Code: session.CodeInternal, Message: "internal error"}), http.StatusBadGateway, "forward_failed", 0},
+		{`<html>not a reply</html>`, http.StatusBadGateway, "forward_failed", 0},
 	} {
 		answers <- []byte(tc.answer)
 		r := post(t, c, a, id, proctest.Event{Text: "x", Key: "k"})
-		if r.Status != tc.status || r.Code != tc.code || r.Retry != nil {
-			t.Errorf("owner answered %s: got %v, want %d %s without a retry directive", tc.answer, r, tc.status, tc.code)
+		if r.Status != tc.status || r.Code != tc.code || (r.Retry != nil) != (tc.retryMS > 0) ||
+			(r.Retry != nil && r.Retry.AfterMS != tc.retryMS) {
+			t.Errorf("owner answered %s: got %v, want %d %s (retry after %d ms)", tc.answer, r, tc.status, tc.code, tc.retryMS)
 		}
+	}
+	// The stand-in says a third process holds the lease, 20 s left: the
+	// caller forwards there and finds no responders, re-resolves with a
+	// fresh claim (the ghost's row), hears the same from the ghost, finds
+	// no responders again and refuses with the third's remaining time.
+	third := reply(&session.RemoteError{Code: session.CodeLeaseHeld, Message: "held",
+		Held: &session.LeaseHeldError{Key: id, Holder: "third/1", Epoch: 8, Remaining: 20 * time.Second}})
+	answers <- []byte(third)
+	answers <- []byte(third)
+	r := post(t, c, a, id, proctest.Event{Text: "x", Key: "k"})
+	if r.Status != http.StatusServiceUnavailable || r.Code != "session_moving" || r.Retry == nil ||
+		r.Retry.AfterMS != (20*time.Second+50*time.Millisecond).Milliseconds() {
+		t.Errorf("owner answered a third holder: got %v, want 503 session_moving, retry after the third's 20 s", r)
 	}
 	if got := metric(t, a, "relay_events_accepted_total"); got != 0 {
 		t.Errorf("a accepted %v events while another owner's lease was live", got)

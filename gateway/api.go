@@ -74,7 +74,7 @@ func DecodeInput(body []byte) (session.Input, error) {
 func (n *Node) sessionParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := chi.URLParam(r, "id")
 	if !session.ValidID(id) {
-		writeError(w, classify(session.ErrInvalidID, n.cfg.LeaseTTL))
+		writeError(w, invalidSessionID())
 		return "", false
 	}
 	if !callerFrom(r.Context()).allows(id) {
@@ -134,7 +134,7 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	}
 	in, err := DecodeInput(body)
 	if err != nil {
-		writeError(w, classify(err, n.cfg.LeaseTTL))
+		writeError(w, asAPIError(err))
 		return
 	}
 	acc, aerr := n.submit(r.Context(), id, in)

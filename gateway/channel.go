@@ -146,17 +146,11 @@ func (h sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, even
 	id := sessionID(ch.Topic())
 	in, err := DecodeInput(payload)
 	if err != nil {
-		ae := classify(err, h.n.cfg.LeaseTTL)
-		return nil, replyErr(ae.Code, ae.Message)
+		return nil, asAPIError(err).pushReply()
 	}
 	acc, ae := h.n.submit(ctx, id, in)
 	if ae != nil {
-		re := replyErr(ae.Code, ae.Message)
-		if ae.Retry != nil {
-			// docs/OWNERSHIP.md "Wire contracts": {"reason":"retry","retry":{"after_ms":N,"budget_ms":M}}.
-			re = &channels.ReplyError{Reason: "retry", Fields: map[string]any{"retry": ae.Retry, "error": ae.Code, "message": ae.Message}}
-		}
-		return nil, re
+		return nil, ae.pushReply()
 	}
 	return acc, nil
 }

@@ -98,9 +98,6 @@ func (n *Node) buildCluster(ctx context.Context) error {
 	}
 	n.closers = append(n.closers, func() { _ = psTr.Close() })
 	if n.cfg.NATSURL != "" {
-		if err := n.serveForwards(); err != nil {
-			return err
-		}
 		n.log.Info("cluster mode: muster-routed pubsub over NATS", zap.String("cluster", n.cfg.Cluster), zap.String("owner", n.Owner()))
 	}
 	return nil

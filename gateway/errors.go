@@ -6,8 +6,8 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"time"
 
+	"github.com/relaygw/relay/channels"
 	"github.com/relaygw/relay/session"
 )
 
@@ -32,8 +32,9 @@ const (
 	CodeInternal         = "internal"           // 500: unexpected server error (logged)
 )
 
-// RetryDirective tells a client when to re-send a refused event and how long
-// it may keep trying (docs/OWNERSHIP.md "Wire contracts"). AfterMS comes from the
+// RetryDirective is the wire form of a session.RetryDirective: when a client
+// re-sends a refused event and how long it may keep trying, in
+// milliseconds (docs/OWNERSHIP.md "Wire contracts"). AfterMS comes from the
 // holder's remaining lease time as the database reported it.
 type RetryDirective struct {
 	AfterMS  int64 `json:"after_ms"`
@@ -54,57 +55,92 @@ func errorf(status int, code, msg string) *apiError {
 	return &apiError{Status: status, Code: code, Message: msg}
 }
 
-// retryFor builds the retry directive for a refused event. remaining is the
-// holder's lease time left (zero when unknown); the delay is that plus a small
-// slack so the retry lands after expiry, never below minDelay. The budget
-// covers a full lease TTL after the delay.
-func retryFor(remaining, ttl time.Duration) *RetryDirective {
-	const minDelay = 100 * time.Millisecond
-	const slack = 50 * time.Millisecond
-	d := remaining + slack
-	if remaining <= 0 {
-		d = minDelay
+// CodeForwardTimeout and CodeForwardFailed answer a forward whose outcome
+// is unknown: the owner node may have accepted the event.
+const (
+	CodeForwardTimeout = "forward_timeout" // 504: the owner did not answer in time
+	CodeForwardFailed  = "forward_failed"  // 502: the owner answered with an error, or no usable answer came back
+)
+
+// asAPIError returns err's *apiError (DecodeInput's errors), or internal.
+func asAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
 	}
-	if d < minDelay {
-		d = minDelay
-	}
-	return &RetryDirective{AfterMS: d.Milliseconds(), BudgetMS: (d + ttl + time.Second).Milliseconds()}
+	return errorf(http.StatusInternalServerError, CodeInternal, "internal error")
 }
 
-// classify maps an error from the session layer to an apiError. ttl is the
-// lease TTL used for retry budgets.
-func classify(err error, ttl time.Duration) *apiError {
+func invalidSessionID() *apiError {
+	return errorf(http.StatusBadRequest, CodeInvalidSessionID, "session id must be 1-128 characters of [A-Za-z0-9_.:-]")
+}
+
+// answer maps the outcome of session.Manager.Submit to the documented
+// answer, the one mapping for HTTP (writeError) and channel pushes
+// (pushReply), and counts refusals by code:
+//
+//	accepted                          → 202 {"session","epoch","seq","duplicate"}
+//	refused: draining / closed        → 503 draining + retry directive
+//	refused: lease held, fenced,
+//	  store unavailable, undecided    → 503 session_moving + retry directive
+//	failed: invalid id                → 400 invalid_session_id
+//	failed: busy (here or at owner)   → 429 session_busy
+//	failed: forward timeout           → 504 forward_timeout
+//	failed: owner's error, other      → 502 forward_failed
+//
+// The retry directive's delay is the one Submit derived from the holder's
+// remaining lease time as the lease store reported it.
+func (n *Node) answer(out session.Outcome) (acceptedBody, *apiError) {
+	if out.Kind == session.OutcomeAccepted {
+		a := out.Accepted
+		return acceptedBody{Session: a.Session, Epoch: a.Epoch, Seq: a.Seq, Duplicate: a.Duplicate}, nil
+	}
+	err := out.Err
 	var ae *apiError
 	var held *session.LeaseHeldError
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.Is(err, session.ErrInvalidID):
-		return errorf(http.StatusBadRequest, CodeInvalidSessionID, "session id must be 1-128 characters of [A-Za-z0-9_.:-]")
-	case errors.As(err, &held):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeSessionMoving,
-			Message: "the session is owned by another node; retry after the delay",
-			Retry:   retryFor(held.Remaining, ttl)}
-	case errors.Is(err, session.ErrBusy):
-		return errorf(http.StatusTooManyRequests, CodeSessionBusy, "the session has too many queued events")
-	case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrClosed):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeDraining,
-			Message: "this node is draining; retry (another node will take the session)",
-			Retry:   retryFor(0, ttl)}
-	case errors.Is(err, session.ErrFenced):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeSessionMoving,
-			Message: "this node lost the session to a newer owner; retry",
-			Retry:   retryFor(0, ttl)}
-	case errors.Is(err, errStoreUnavailable):
-		return &apiError{Status: http.StatusServiceUnavailable, Code: CodeSessionMoving,
-			Message: "the lease store is unreachable; nothing was run, retry",
-			Retry:   retryFor(0, ttl)}
-	default:
-		return errorf(http.StatusInternalServerError, CodeInternal, "internal error")
+	var remote *session.RemoteError
+	if out.Kind == session.OutcomeRefused {
+		retry := &RetryDirective{AfterMS: out.Retry.After.Milliseconds(), BudgetMS: out.Retry.Budget.Milliseconds()}
+		ae = &apiError{Status: http.StatusServiceUnavailable, Code: CodeSessionMoving, Retry: retry}
+		switch {
+		case errors.As(err, &remote) && errors.Is(err, session.ErrDraining):
+			ae.Code, ae.Message = CodeDraining, "the owner node is draining; retry (another node will take the session)"
+		case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrClosed):
+			ae.Code, ae.Message = CodeDraining, "this node is draining; retry (another node will take the session)"
+		case errors.As(err, &held):
+			ae.Message = "the session is owned by another node; retry after the delay"
+		case errors.Is(err, session.ErrFenced):
+			ae.Message = "this node lost the session to a newer owner; retry"
+		default:
+			ae.Message = "the lease store is unreachable; nothing was run, retry"
+		}
+	} else {
+		switch {
+		case errors.Is(err, session.ErrInvalidID):
+			ae = invalidSessionID()
+		case errors.Is(err, session.ErrBusy):
+			ae = errorf(http.StatusTooManyRequests, CodeSessionBusy, "the session has too many queued events")
+		case errors.Is(err, session.ErrForwardTimeout):
+			ae = errorf(http.StatusGatewayTimeout, CodeForwardTimeout, "the owner node did not answer in time; the event may have been accepted")
+		case errors.As(err, &remote):
+			ae = errorf(http.StatusBadGateway, CodeForwardFailed, "owner node: "+remote.Code+": "+remote.Message)
+		default:
+			ae = errorf(http.StatusBadGateway, CodeForwardFailed, "forwarding to the owner node failed; the event may have been accepted")
+		}
 	}
+	n.metrics.refused.WithLabelValues(ae.Code).Inc()
+	return acceptedBody{}, ae
 }
 
-var errStoreUnavailable = errors.New("gateway: lease store unavailable")
+// pushReply is e as the error reply of a channel push (README "WebSocket
+// API"): {"reason":"retry","retry":{…},"error":code,"message":…} when e
+// carries a retry directive, else {"reason":code,"message":…}.
+func (e *apiError) pushReply() *channels.ReplyError {
+	if e.Retry != nil {
+		return &channels.ReplyError{Reason: "retry", Fields: map[string]any{"retry": e.Retry, "error": e.Code, "message": e.Message}}
+	}
+	return replyErr(e.Code, e.Message)
+}
 
 // writeError writes e as the documented JSON error body. A retry directive
 // adds the Retry-After header (whole seconds, rounded up) and the "retry" field.

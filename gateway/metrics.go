@@ -10,7 +10,6 @@ import (
 // several nodes can live in one test process.
 type metrics struct {
 	reg          *prometheus.Registry
-	accepted     prometheus.Counter
 	refused      *prometheus.CounterVec
 	published    prometheus.Counter
 	deliveries   prometheus.Counter
@@ -19,7 +18,6 @@ type metrics struct {
 	authFailures prometheus.Counter
 	nodeMessages prometheus.Counter
 	floods       prometheus.Counter
-	forwards     prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -31,7 +29,6 @@ func newMetrics() *metrics {
 	}
 	return &metrics{
 		reg:          reg,
-		accepted:     counter("relay_events_accepted_total", "Events accepted into sessions owned by this node."),
 		refused:      f.NewCounterVec(prometheus.CounterOpts{Name: "relay_events_refused_total", Help: "Events refused, by error code."}, []string{"code"}),
 		published:    counter("relay_events_published_total", "Session events published by this node."),
 		deliveries:   counter("relay_deliveries_total", "Event frames enqueued to local sockets."),
@@ -39,7 +36,6 @@ func newMetrics() *metrics {
 		replayErrors: counter("relay_replay_errors_total", "Joins whose replay read failed (recovered:false)."),
 		authFailures: counter("relay_socket_auth_failures_total", "Sockets refused for a missing or invalid token."),
 		nodeMessages: counter("relay_pubsub_node_messages_total", "Event messages sent to other nodes (routed to a router or delivered to a target)."),
-		forwards:     counter("relay_forwards_total", "Events forwarded to the owner node."),
 		floods:       counter("relay_pubsub_floods_total", "Events flooded to every node because the routing table could not be trusted."),
 	}
 }
@@ -53,6 +49,10 @@ func (m *metrics) registerNode(n *Node) {
 			func() float64 { return float64(n.endpoint.Stats().SlowConsumers) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_bad_frames_total", Help: "Inbound frames that could not be decoded."},
 			func() float64 { return float64(n.endpoint.Stats().BadFrames) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_events_accepted_total", Help: "Events accepted into sessions owned by this node (duplicates included), whichever node they came in on."},
+			func() float64 { st := n.manager.Stats(); return float64(st.Accepted + st.Duplicates) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_forwards_total", Help: "Forward hops made to owner nodes (session.Stats.Forwards)."},
+			func() float64 { return float64(n.manager.Stats().Forwards) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "relay_sessions_live", Help: "Session actors running on this node."},
 			func() float64 { return float64(len(n.manager.Sessions())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "relay_draining", Help: "1 while the node drains."},

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,6 +21,7 @@ import (
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/presence"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/natsforward"
 	"go.uber.org/zap"
 )
 
@@ -54,7 +56,7 @@ type Node struct {
 	bodyTimeout time.Duration
 
 	draining  atomic.Bool
-	bg        sync.WaitGroup // forward handlers and admin-started drains
+	bg        sync.WaitGroup // admin-started drains
 	closeOnce sync.Once
 	closers   []func()
 }
@@ -118,20 +120,37 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		n.Close()
 		return nil, err
 	}
-	n.manager = session.NewManager(session.Config{
-		Owner:       n.Owner(),
-		Agent:       agent,
-		Leases:      n.leases,
-		Checkpoints: n.checkpoints,
-		Log:         n.replay,
-		Publisher:   n.pubsub,
-		LeaseTTL:    cfg.LeaseTTL,
-		RenewEvery:  cfg.LeaseRenew,
-		RenewMargin: cfg.renewMargin(),
-		IdleTimeout: cfg.SessionIdle,
-		Logger:      n.log,
-		Tracer:      n.tracer,
-	})
+	// In cluster mode events for sessions owned elsewhere are forwarded to
+	// the owner over NATS request/reply on <cluster>.fwd.<node>.
+	var fwd *natsforward.Forwarder
+	scfg := session.Config{
+		Owner:          n.Owner(),
+		Agent:          agent,
+		Leases:         n.leases,
+		Checkpoints:    n.checkpoints,
+		Log:            n.replay,
+		Publisher:      n.pubsub,
+		LeaseTTL:       cfg.LeaseTTL,
+		RenewEvery:     cfg.LeaseRenew,
+		RenewMargin:    cfg.renewMargin(),
+		IdleTimeout:    cfg.SessionIdle,
+		ForwardTimeout: cfg.ForwardTimeout,
+		Logger:         n.log,
+		Tracer:         n.tracer,
+	}
+	if n.nc != nil {
+		fwd = natsforward.New(n.nc, natsforward.Config{Prefix: cfg.Cluster, Node: n.name, Logger: n.log})
+		scfg.Forwarder = fwd
+	}
+	n.manager = session.NewManager(scfg)
+	if fwd != nil {
+		stop, err := fwd.Serve(n.manager)
+		if err != nil {
+			n.Close()
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		n.closers = append(n.closers, stop)
+	}
 	n.endpoint = channels.NewEndpoint(channels.EndpointConfig{
 		Hub:              n.hub,
 		Connect:          n.connect,
@@ -192,8 +211,8 @@ func (n *Node) view(ctx context.Context, id string) (session.State, string) {
 
 // owner reads the live lease holder of id ("" when none or unknown).
 func (n *Node) owner(ctx context.Context, id string) (session.Lease, string) {
-	l, ok, err := n.leases.Get(ctx, id)
-	if err != nil || !ok || l.Remaining <= 0 {
+	l, ok, err := n.manager.LiveLease(ctx, id)
+	if err != nil || !ok {
 		return session.Lease{}, ""
 	}
 	return l, l.Owner

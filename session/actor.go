@@ -125,7 +125,7 @@ func (a *actor) submit(ctx context.Context, in Input) (acc Accepted, retry bool,
 // cause is why the actor retired (nil while live).
 func (a *actor) cause() error { return context.Cause(a.ctx) }
 
-// retryable reports whether a Submit that met this retired actor should
+// retryable reports whether an Accept that met this retired actor should
 // claim again: always, except when the Manager closed or the actor could not
 // thaw (the store's error is the answer). Call only once done is closed.
 func (a *actor) retryable() bool { return !errors.Is(a.cause(), ErrClosed) && !a.thawFailed }

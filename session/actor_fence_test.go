@@ -86,7 +86,7 @@ func testFenceCanary(t *testing.T, st *stores, post string) {
 		t.Fatalf("B published %v", types(recB.all()))
 	}
 	// A learns the holder on its next input.
-	_, err := a.Submit(ctx, "s1", textInput("third", ""))
+	_, err := a.Accept(ctx, "s1", textInput("third", ""))
 	var held *LeaseHeldError
 	if !errors.As(err, &held) || held.Holder != "b/1" {
 		t.Fatalf("A's next submit = %v, want *LeaseHeldError by b/1", err)

@@ -16,7 +16,7 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 	m := startManager(t, cfg)
 	ctx := context.Background()
 
-	first, err := m.Submit(ctx, "s1", textInput("hello", "k1"))
+	first, err := m.Accept(ctx, "s1", textInput("hello", "k1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 	}
 
 	// The key survives hibernation: the duplicate thaws the actor.
-	dup, err := m.Submit(ctx, "s1", textInput("hello", "k1"))
+	dup, err := m.Accept(ctx, "s1", textInput("hello", "k1"))
 	if err != nil || !dup.Duplicate || dup.Seq != first.Seq || dup.Epoch != first.Epoch {
 		t.Fatalf("duplicate after thaw = %+v, %v; want the original %+v", dup, err, first)
 	}

@@ -200,13 +200,13 @@ func TestIdempotencyKeys(t *testing.T) {
 	m := startManager(t, cfg)
 	ctx := context.Background()
 
-	first, err := m.Submit(ctx, "s1", textInput("one", "k1"))
+	first, err := m.Accept(ctx, "s1", textInput("one", "k1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-ag.started
 	// Seen while the first turn still runs (the key is only in memory).
-	dup, err := m.Submit(ctx, "s1", textInput("one again", "k1"))
+	dup, err := m.Accept(ctx, "s1", textInput("one again", "k1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestIdempotencyKeys(t *testing.T) {
 		t.Fatalf("checkpoint keys = %+v, want k1 at %d-%d", s.Keys, first.Epoch, first.Seq)
 	}
 	// Seen after the turn, from memory again.
-	if dup, err = m.Submit(ctx, "s1", textInput("x", "k1")); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
+	if dup, err = m.Accept(ctx, "s1", textInput("x", "k1")); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
 		t.Fatalf("late duplicate = %+v, %v", dup, err)
 	}
 	if n := len(logEventsOfType(t, st.log, "s1", TypeUserEvent)); n != 1 {
@@ -228,11 +228,11 @@ func TestIdempotencyKeys(t *testing.T) {
 
 	// The set is bounded: k1 is forgotten after two newer keys.
 	for _, k := range []string{"k2", "k3"} {
-		if acc, err := m.Submit(ctx, "s1", textInput(k, k)); err != nil || acc.Duplicate {
+		if acc, err := m.Accept(ctx, "s1", textInput(k, k)); err != nil || acc.Duplicate {
 			t.Fatalf("submit %s = %+v, %v", k, acc, err)
 		}
 	}
-	again, err := m.Submit(ctx, "s1", textInput("one", "k1"))
+	again, err := m.Accept(ctx, "s1", textInput("one", "k1"))
 	if err != nil || again.Duplicate || again.Seq <= first.Seq {
 		t.Fatalf("k1 after eviction = %+v, %v; want a fresh acceptance", again, err)
 	}
@@ -265,17 +265,17 @@ func TestSubmitBusyWhenMailboxFull(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, results[0] = m.Submit(context.Background(), "s1", textInput("one", ""))
+		_, results[0] = m.Accept(context.Background(), "s1", textInput("one", ""))
 	}()
 	waitFor(t, tr, trace.Kind("session.accepted"), 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, results[1] = m.Submit(context.Background(), "s1", textInput("two", ""))
+		_, results[1] = m.Accept(context.Background(), "s1", textInput("two", ""))
 	}()
 	waitFor(t, tr, trace.Kind("session.submit.queued"), 2)
 
-	if _, err := m.Submit(context.Background(), "s1", textInput("three", "")); !errors.Is(err, ErrBusy) {
+	if _, err := m.Accept(context.Background(), "s1", textInput("three", "")); !errors.Is(err, ErrBusy) {
 		t.Fatalf("third submit = %v, want ErrBusy", err)
 	}
 	tr.Emit("test.release")
@@ -309,7 +309,7 @@ func TestConcurrentSubmitsToOneSession(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				text := fmt.Sprintf("w%d-%d", w, i)
-				acc, err := m.Submit(context.Background(), "s1", textInput(text, text))
+				acc, err := m.Accept(context.Background(), "s1", textInput(text, text))
 				if err != nil {
 					errs <- err
 					continue
@@ -385,17 +385,17 @@ func TestSubmitRefusals(t *testing.T) {
 	b := startManager(t, cfgB)
 	ctx := context.Background()
 
-	if _, err := a.Submit(ctx, "bad id!", textInput("x", "")); !errors.Is(err, ErrInvalidID) {
+	if _, err := a.Accept(ctx, "bad id!", textInput("x", "")); !errors.Is(err, ErrInvalidID) {
 		t.Fatalf("bad id: %v", err)
 	}
 	submit(t, a, "s1", "mine")
-	_, err := b.Submit(ctx, "s1", textInput("yours?", ""))
+	_, err := b.Accept(ctx, "s1", textInput("yours?", ""))
 	var held *LeaseHeldError
 	if !errors.As(err, &held) || held.Holder != "a/1" || held.Epoch != 1 || held.Remaining <= 0 {
 		t.Fatalf("submit to a held session = %v, want *LeaseHeldError by a/1", err)
 	}
 	flaky.failing.Store(true)
-	if _, err := b.Submit(ctx, "s2", textInput("x", "")); !errors.Is(err, errStoreDown) {
+	if _, err := b.Accept(ctx, "s2", textInput("x", "")); !errors.Is(err, errStoreDown) {
 		t.Fatalf("submit with the lease store down = %v, want the store's error", err)
 	}
 	if len(b.Sessions()) != 0 || len(recB.all()) != 0 {
@@ -517,7 +517,7 @@ func TestSubmitRefusedWhenThawFails(t *testing.T) {
 	cfg, rec, _ := testConfig(st, "a/1", tr)
 	cfg.Checkpoints = brokenCheckpoints{st.checkpoints}
 	m := startManager(t, cfg)
-	_, err := m.Submit(context.Background(), "s1", textInput("x", ""))
+	_, err := m.Accept(context.Background(), "s1", textInput("x", ""))
 	if err == nil || !strings.Contains(err.Error(), "checkpoint store down") {
 		t.Fatalf("submit with an unreadable checkpoint = %v", err)
 	}

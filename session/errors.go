@@ -24,7 +24,7 @@ var (
 	ErrLeaseDeadline = errors.New("session: lease could not be renewed before it could lapse")
 )
 
-// Reasons an actor retires that are not failures. Submit retries (with a
+// Reasons an actor retires that are not failures. Accept retries (with a
 // fresh claim) when it meets an actor retiring for any reason but ErrClosed.
 var (
 	errHibernated = errors.New("session: actor hibernated")

@@ -1,6 +1,8 @@
 // Package session runs conversational agent sessions with single-writer
 // ownership: the lease and epoch fence, the per-session actor, the heartbeat
-// renewer, the replay log and the agent interface.
+// renewer, the replay log and the agent interface. Manager.Submit routes an
+// input taken in on any node to the session's owner (claim, forward through
+// a Forwarder, re-resolve, hop limit) and answers one Outcome.
 //
 // The design follows docs/OWNERSHIP.md ("Ownership: the lease",
 // "The fence", "Takeover and recovery"): ownership is a durable lease row

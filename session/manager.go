@@ -28,6 +28,10 @@ type Config struct {
 	Log ReplayLog
 	// Publisher delivers events live. Nil publishes nowhere.
 	Publisher Publisher
+	// Forwarder carries inputs to the node of another process's live lease
+	// (Submit). Nil means a single node: such inputs are refused with a
+	// retry directive.
+	Forwarder Forwarder
 
 	// LeaseTTL is the lease length asked for on every claim. Default 15 s.
 	LeaseTTL time.Duration
@@ -54,6 +58,9 @@ type Config struct {
 	// StoreTimeout bounds every checkpoint load/save, log append, publish
 	// and lease release the actor makes. Default 5 s.
 	StoreTimeout time.Duration
+	// ForwardTimeout bounds one forward hop of Submit, and Accept of a
+	// forwarded input on the receiving node (HandleForward). Default 5 s.
+	ForwardTimeout time.Duration
 	// ReadTimeout bounds State's checkpoint read for a session that is not
 	// live here. Default 1 s.
 	ReadTimeout time.Duration
@@ -77,6 +84,7 @@ func DefaultConfig() Config {
 		MaxPending:         64,
 		MaxIdempotencyKeys: 1000,
 		StoreTimeout:       5 * time.Second,
+		ForwardTimeout:     5 * time.Second,
 		ReadTimeout:        time.Second,
 	}
 }
@@ -153,6 +161,7 @@ func withDefaults(cfg Config) Config {
 	setDur(&cfg.IdleTimeout, def.IdleTimeout)
 	setDur(&cfg.StoreTimeout, def.StoreTimeout)
 	setDur(&cfg.ReadTimeout, def.ReadTimeout)
+	setDur(&cfg.ForwardTimeout, def.ForwardTimeout)
 	if cfg.MailboxSize <= 0 {
 		cfg.MailboxSize = def.MailboxSize
 	}
@@ -180,22 +189,24 @@ func withDefaults(cfg Config) Config {
 	return cfg
 }
 
-// maxSubmitAttempts bounds how often Submit re-claims after meeting an actor
+// maxSubmitAttempts bounds how often Accept re-claims after meeting an actor
 // that retired under it (hibernated, replaced, stood down).
 const maxSubmitAttempts = 3
 
-// Submit claims the lease for session id (one Claim statement), then hands
-// in to the session's actor, thawing it from its checkpoint if needed, and
-// waits until the input is accepted: recorded as a user_event at the next
-// (epoch, seq), appended to the replay log and published. The turn runs when
-// the actor is free; Submit does not wait for it.
+// Accept is the local half of Submit: it claims the lease for session id
+// (one Claim statement), then hands in to the session's actor, thawing it
+// from its checkpoint if needed, and waits until the input is accepted:
+// recorded as a user_event at the next (epoch, seq), appended to the replay
+// log and published. The turn runs when the actor is free; Accept does not
+// wait for it. It never forwards: HandleForward runs it for inputs other
+// nodes forwarded here, and Submit routes around it.
 //
-// Errors: ErrInvalidID; *LeaseHeldError (another owner is live: forward, or
-// answer with a retry directive built from its Remaining); ErrFenced;
-// ErrBusy; ErrDraining; ErrClosed; ctx's error (the input may still be
-// accepted after Submit returned). Any other error means the lease store
-// could not decide: refuse with a retry directive, the input never ran.
-func (m *Manager) Submit(ctx context.Context, id string, in Input) (Accepted, error) {
+// Errors: ErrInvalidID; *LeaseHeldError (another process's lease is live);
+// ErrFenced; ErrBusy; ErrDraining; ErrClosed; ErrStoreUnavailable (the
+// claim got no answer: nothing ran); ctx's error (the input may still be
+// accepted after Accept returned). Any other error means ownership could
+// not be decided (an actor could not start): the input never ran.
+func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, error) {
 	if !ValidID(id) {
 		return Accepted{}, ErrInvalidID
 	}
@@ -206,8 +217,12 @@ func (m *Manager) Submit(ctx context.Context, id string, in Input) (Accepted, er
 		}
 		start := m.clock.Now()
 		l, err := m.cfg.Leases.Claim(ctx, id, m.cfg.Owner, m.cfg.LeaseTTL)
-		if err != nil {
-			return Accepted{}, fmt.Errorf("session: submit %q: %w", id, err)
+		var held *LeaseHeldError
+		switch {
+		case errors.As(err, &held):
+			return Accepted{}, err
+		case err != nil:
+			return Accepted{}, fmt.Errorf("session: accept %q: %w: %w", id, ErrStoreUnavailable, err)
 		}
 		a, err := m.actorFor(ctx, id, l, start)
 		if errors.Is(err, errRetry) {
@@ -224,10 +239,10 @@ func (m *Manager) Submit(ctx context.Context, id string, in Input) (Accepted, er
 		}
 		return acc, err
 	}
-	return Accepted{}, fmt.Errorf("session: submit %q: gave up after %d attempts: %w", id, maxSubmitAttempts, last)
+	return Accepted{}, fmt.Errorf("session: accept %q: gave up after %d attempts: %w", id, maxSubmitAttempts, last)
 }
 
-// errRetry tells Submit to claim again: the actor it found was retiring.
+// errRetry tells Accept to claim again: the actor it found was retiring.
 var errRetry = errors.New("session: actor retiring")
 
 func (m *Manager) admitting() error {

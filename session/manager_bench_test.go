@@ -56,7 +56,7 @@ func BenchmarkSubmitLocal(b *testing.B) {
 		ctx := context.Background()
 		n := 0
 		for b.Loop() {
-			if _, err := m.Submit(ctx, ids[n%len(ids)], in); err != nil {
+			if _, err := m.Accept(ctx, ids[n%len(ids)], in); err != nil {
 				b.Fatal(err)
 			}
 			n++
@@ -74,7 +74,7 @@ func BenchmarkSubmitLocal(b *testing.B) {
 		ctx := context.Background()
 		n := 0
 		for b.Loop() {
-			if _, err := m.Submit(ctx, fmt.Sprintf("bench-%d", n%64), in); err != nil {
+			if _, err := m.Accept(ctx, fmt.Sprintf("bench-%d", n%64), in); err != nil {
 				b.Fatal(err)
 			}
 			<-pub.done

@@ -30,10 +30,10 @@ func TestDrainReleasesLeases(t *testing.T) {
 		drained := make(chan error, 1)
 		go func() { drained <- a.Drain(ctx) }()
 		waitFor(t, tr, trace.Kind("session.drain"), 1)
-		if _, err := a.Submit(ctx, "s1", textInput("late", "")); !errors.Is(err, ErrDraining) {
+		if _, err := a.Accept(ctx, "s1", textInput("late", "")); !errors.Is(err, ErrDraining) {
 			t.Fatalf("submit while draining = %v, want ErrDraining", err)
 		}
-		if _, err := a.Submit(ctx, "s3", textInput("new", "")); !errors.Is(err, ErrDraining) {
+		if _, err := a.Accept(ctx, "s3", textInput("new", "")); !errors.Is(err, ErrDraining) {
 			t.Fatalf("submit of a new session while draining = %v, want ErrDraining", err)
 		}
 		close(ag.release)
@@ -121,7 +121,7 @@ func TestCloseStopsWithoutHandBack(t *testing.T) {
 	<-ag.started
 	m.Close()
 	m.Close()
-	if _, err := m.Submit(context.Background(), "s1", textInput("x", "")); !errors.Is(err, ErrClosed) {
+	if _, err := m.Accept(context.Background(), "s1", textInput("x", "")); !errors.Is(err, ErrClosed) {
 		t.Fatalf("submit after close = %v", err)
 	}
 	if err := m.Drain(context.Background()); !errors.Is(err, ErrClosed) {

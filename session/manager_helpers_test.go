@@ -240,7 +240,7 @@ func waitFor(t *testing.T, tr *trace.Tracer, m trace.Matcher, n int) trace.Event
 
 func submit(t *testing.T, m *Manager, id, text string) Accepted {
 	t.Helper()
-	acc, err := m.Submit(context.Background(), id, textInput(text, ""))
+	acc, err := m.Accept(context.Background(), id, textInput(text, ""))
 	if err != nil {
 		t.Fatalf("submit %q to %s: %v", text, id, err)
 	}

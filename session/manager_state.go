@@ -119,6 +119,7 @@ type Stats struct {
 	Fenced          uint64 // checkpoint saves or log appends refused by the fence
 	LogAppendErrors uint64 // replay-log appends that failed (not fenced)
 	PublishErrors   uint64
+	Forwards        uint64 // forward hops Submit made to other nodes
 }
 
 // Stats returns the Manager's counters.
@@ -135,10 +136,26 @@ func (m *Manager) Stats() Stats {
 		Fenced:          c.fenced.Load(),
 		LogAppendErrors: c.logAppendErrors.Load(),
 		PublishErrors:   c.publishErrors.Load(),
+		Forwards:        c.forwards.Load(),
 	}
 }
 
 type counters struct {
 	accepted, duplicates, turnsCompleted, turnsFailed, thaws, hibernations,
-	standDowns, fenced, logAppendErrors, publishErrors atomic.Uint64
+	standDowns, fenced, logAppendErrors, publishErrors, forwards atomic.Uint64
+}
+
+// LiveLease reads session id's lease without claiming it (one Get on the
+// lease store): ok is false when no process holds a live lease (no row, or
+// expired by the store's clock). Remaining is the holder's time left as the
+// store reported it. Errors: ErrInvalidID; the store's error.
+func (m *Manager) LiveLease(ctx context.Context, id string) (l Lease, ok bool, err error) {
+	if !ValidID(id) {
+		return Lease{}, false, ErrInvalidID
+	}
+	l, ok, err = m.cfg.Leases.Get(ctx, id)
+	if err != nil || !ok || l.Remaining <= 0 {
+		return Lease{}, false, err
+	}
+	return l, true, nil
 }

@@ -28,7 +28,7 @@ func TestPendingInputsBounded(t *testing.T) {
 	<-ag.started
 	var keyed Accepted
 	for i := range cfg.MaxPending {
-		acc, err := m.Submit(ctx, "s1", textInput(fmt.Sprint("queued ", i), fmt.Sprint("k", i)))
+		acc, err := m.Accept(ctx, "s1", textInput(fmt.Sprint("queued ", i), fmt.Sprint("k", i)))
 		if err != nil {
 			t.Fatalf("queued input %d: %v", i, err)
 		}
@@ -36,10 +36,10 @@ func TestPendingInputsBounded(t *testing.T) {
 			keyed = acc
 		}
 	}
-	if _, err := m.Submit(ctx, "s1", textInput("one too many", "")); !errors.Is(err, ErrBusy) {
+	if _, err := m.Accept(ctx, "s1", textInput("one too many", "")); !errors.Is(err, ErrBusy) {
 		t.Fatalf("submit past MaxPending = %v, want ErrBusy", err)
 	}
-	dup, err := m.Submit(ctx, "s1", textInput("queued 0", "k0"))
+	dup, err := m.Accept(ctx, "s1", textInput("queued 0", "k0"))
 	if err != nil || !dup.Duplicate || dup.Seq != keyed.Seq {
 		t.Fatalf("idempotent retry with a full queue = %+v, %v; want duplicate of %+v", dup, err, keyed)
 	}

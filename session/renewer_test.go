@@ -52,7 +52,7 @@ func TestRenewerNotStalledByBlockedAgent(t *testing.T) {
 		cfgB, _, _ := testConfig(st, "b/1", tr)
 		b := startManager(t, cfgB)
 		var held *LeaseHeldError
-		if _, err := b.Submit(ctx, "s1", textInput("mine?", "")); !errors.As(err, &held) {
+		if _, err := b.Accept(ctx, "s1", textInput("mine?", "")); !errors.As(err, &held) {
 			t.Fatalf("B's submit = %v, want *LeaseHeldError", err)
 		}
 		select {
@@ -129,7 +129,7 @@ func TestRenewerDeadlineCancelsTurn(t *testing.T) {
 			t.Fatal("a checkpoint was attempted after the deadline")
 		}
 		// The store stays down: the next input is refused, never run.
-		if _, err := m.Submit(context.Background(), "s1", textInput("again", "")); !errors.Is(err, errStoreDown) {
+		if _, err := m.Accept(context.Background(), "s1", textInput("again", "")); !errors.Is(err, errStoreDown) {
 			t.Fatalf("submit with the store down = %v", err)
 		}
 	})

@@ -39,7 +39,7 @@ func TestStandDownAfterCheckpointFailureReleasesLease(t *testing.T) {
 	waitFor(t, tr, trace.Kind("session.standdown", "session", "s1"), 1)
 	waitGone(t, m, "s1")
 
-	acc, err := m.Submit(context.Background(), "s1", textInput("again", ""))
+	acc, err := m.Accept(context.Background(), "s1", textInput("again", ""))
 	if err != nil {
 		t.Fatalf("submit after the stand-down: %v\ntrace:\n%s", err, tr.Dump())
 	}

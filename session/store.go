@@ -32,11 +32,14 @@ type Lease struct {
 // LeaseHeldError is returned by Claim when another owner holds a live lease.
 // Use errors.As to get the holder; Remaining is the holder's time left on the
 // store's clock and feeds the retry directive's delay.
+//
+// It crosses the wire inside a forward's RemoteError as
+// {"key","holder","epoch","remaining_ns"}, keeping every field.
 type LeaseHeldError struct {
-	Key       string
-	Holder    string
-	Epoch     int64
-	Remaining time.Duration
+	Key       string        `json:"key"`
+	Holder    string        `json:"holder"`
+	Epoch     int64         `json:"epoch"`
+	Remaining time.Duration `json:"remaining_ns"`
 }
 
 func (e *LeaseHeldError) Error() string {

@@ -1,0 +1,183 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Forwarding carries an input from a node that does not hold a session's
+// lease to the node that does (docs/OWNERSHIP.md "Event (write)"). The
+// sending side is a Forwarder; the receiving side hands the request to its
+// Manager's HandleForward, which runs the local Accept (so the owner
+// re-checks its lease) and never forwards further: the hop limit belongs to
+// the node that took the input in.
+
+// Forwarder carries one forwarded input to the node of a lease holder and
+// returns that node's answer. Implementations: session/natsforward (NATS
+// request/reply) and session/memforward (in-process, with fault injection).
+//
+// Forward sends req to the node of holder (an owner identity
+// "<node>/<incarnation>"; see NodeOf) and waits until ctx ends. It returns
+// the owner's Accepted, or an error that is one of:
+//   - wrapping ErrUnreachable: nothing reached the holder's node (no
+//     responders, link down, connection closed); nothing ran there;
+//   - wrapping ErrForwardTimeout: ctx's deadline passed without an answer;
+//     the input may have been, or may yet be, accepted there;
+//   - a *RemoteError: the node answered with an error code (a
+//     *LeaseHeldError inside it when that node does not hold the lease);
+//   - wrapping ErrForwardFailed: the request may have reached the node but
+//     no usable answer came back (transport error, malformed reply);
+//   - ctx's error when ctx was cancelled (not a deadline).
+type Forwarder interface {
+	Forward(ctx context.Context, holder string, req ForwardRequest) (Accepted, error)
+}
+
+// ForwardHandler runs forwarded requests on the receiving node. *Manager
+// is the implementation; transports decode the wire message and call it.
+type ForwardHandler interface {
+	HandleForward(ctx context.Context, req ForwardRequest) ForwardReply
+}
+
+// ForwardRequest is the message of one forward hop:
+//
+//	{"session":id, "input":{"type":…, "data":{…}, "idempotency_key":…}}
+type ForwardRequest struct {
+	Session string `json:"session"`
+	Input   Input  `json:"input"`
+}
+
+// ForwardReply is the receiving node's answer: exactly one of Accepted (the
+// input's position, possibly a duplicate) and Error.
+//
+//	{"accepted":{"session","epoch","seq","duplicate"}} | {"error":{"code","message","held"}}
+type ForwardReply struct {
+	Accepted *Accepted    `json:"accepted,omitempty"`
+	Error    *RemoteError `json:"error,omitempty"`
+}
+
+// Result turns a decoded reply into Forward's return values. A reply with
+// neither field is malformed (ErrForwardFailed).
+func (r ForwardReply) Result() (Accepted, error) {
+	switch {
+	case r.Error != nil:
+		return Accepted{}, r.Error
+	case r.Accepted != nil:
+		return *r.Accepted, nil
+	}
+	return Accepted{}, fmt.Errorf("%w: empty reply", ErrForwardFailed)
+}
+
+// Errors of a forward hop (see Forwarder).
+var (
+	// ErrUnreachable means the holder's node could not be reached at all:
+	// nothing ran there. Submit re-resolves the owner with a fresh claim.
+	ErrUnreachable = errors.New("session: owner node unreachable")
+	// ErrForwardTimeout means the owner node did not answer in time. The
+	// input may have been accepted there; a re-send with the same
+	// idempotency key is safe.
+	ErrForwardTimeout = errors.New("session: owner node did not answer in time")
+	// ErrForwardFailed means the forward may have reached the owner node
+	// but no usable answer came back. The input may have been accepted.
+	ErrForwardFailed = errors.New("session: forward to the owner node failed")
+	// ErrStoreUnavailable means a store the decision needs (the lease
+	// store's claim, the checkpoint load that starts an actor) did not
+	// answer. Nothing ran; the caller refuses with a retry directive.
+	ErrStoreUnavailable = errors.New("session: store unavailable")
+)
+
+// Codes of a RemoteError: what the receiving node's Accept answered, in the
+// session's own terms (the gateway maps them to HTTP and channel replies).
+const (
+	CodeLeaseHeld   = "lease_held"  // another process holds a live lease; Held says which
+	CodeBusy        = "busy"        // ErrBusy
+	CodeDraining    = "draining"    // ErrDraining or ErrClosed: nothing ran
+	CodeFenced      = "fenced"      // ErrFenced: the node lost the session mid-request
+	CodeUnavailable = "unavailable" // the node could not decide (ErrStoreUnavailable or another error): nothing ran
+	CodeInvalidID   = "invalid_id"  // ErrInvalidID
+	CodeBadRequest  = "bad_request" // the forward request could not be decoded
+	CodeInternal    = "internal"    // anything else a node may answer
+)
+
+// RemoteError is an error answered by the node a forward reached. Code is
+// one of the Code constants (a node of another version may send others);
+// Held is set for CodeLeaseHeld and keeps the holder, epoch and remaining
+// lease time the database reported to that node. errors.Is and errors.As
+// see through it: Unwrap returns Held, or the sentinel of the code
+// (ErrBusy, ErrDraining, ErrFenced, ErrStoreUnavailable, ErrInvalidID), so
+// a remote refusal is classified like a local one.
+type RemoteError struct {
+	Code    string          `json:"code"`
+	Message string          `json:"message,omitempty"`
+	Held    *LeaseHeldError `json:"held,omitempty"`
+}
+
+func (e *RemoteError) Error() string {
+	return "session: owner node answered " + e.Code + ": " + e.Message
+}
+
+// Unwrap returns the error the code stands for (nil for CodeBadRequest,
+// CodeInternal and unknown codes).
+func (e *RemoteError) Unwrap() error {
+	if e.Held != nil {
+		return e.Held
+	}
+	switch e.Code {
+	case CodeBusy:
+		return ErrBusy
+	case CodeDraining:
+		return ErrDraining
+	case CodeFenced:
+		return ErrFenced
+	case CodeUnavailable:
+		return ErrStoreUnavailable
+	case CodeInvalidID:
+		return ErrInvalidID
+	}
+	return nil
+}
+
+// RemoteErrorOf encodes an error of Accept for the wire.
+func RemoteErrorOf(err error) *RemoteError {
+	var held *LeaseHeldError
+	code := CodeUnavailable
+	switch {
+	case errors.As(err, &held):
+		return &RemoteError{Code: CodeLeaseHeld, Message: err.Error(), Held: held}
+	case errors.Is(err, ErrInvalidID):
+		code = CodeInvalidID
+	case errors.Is(err, ErrBusy):
+		code = CodeBusy
+	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed):
+		code = CodeDraining
+	case errors.Is(err, ErrFenced):
+		code = CodeFenced
+	}
+	return &RemoteError{Code: code, Message: err.Error()}
+}
+
+// HandleForward runs a forwarded request on this node: Accept, bounded by
+// ForwardTimeout, so the lease is claimed (re-checked) here before the
+// input is accepted. It never forwards further. An error comes back as a
+// RemoteError (RemoteErrorOf).
+func (m *Manager) HandleForward(ctx context.Context, req ForwardRequest) ForwardReply {
+	if !ValidID(req.Session) {
+		return ForwardReply{Error: &RemoteError{Code: CodeInvalidID, Message: ErrInvalidID.Error()}}
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
+	defer cancel()
+	m.tr.Emit("session.forward.serve", "owner", m.cfg.Owner, "session", req.Session)
+	acc, err := m.Accept(ctx, req.Session, req.Input)
+	if err != nil {
+		return ForwardReply{Error: RemoteErrorOf(err)}
+	}
+	return ForwardReply{Accepted: &acc}
+}
+
+// NodeOf returns the node name of an owner identity "<node>/<incarnation>"
+// (the whole string when it has no "/").
+func NodeOf(owner string) string {
+	name, _, _ := strings.Cut(owner, "/")
+	return name
+}
