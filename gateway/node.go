@@ -47,8 +47,6 @@ type Node struct {
 	scope       *muster.Scope
 	pubsub      *PubSub
 	presence    *presence.Tracker
-	presenceRef sync.Map // *channels.Channel → its presence phx_ref
-	expiries    sync.Map // *channels.Channel → *time.Timer closing its socket at token expiry
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
@@ -142,7 +140,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		WriteDelay:       cfg.WriteDelay,
 		Logger:           n.log,
 	})
-	n.endpoint.Handle("session:*", sessionChannel{n: n})
+	n.endpoint.HandleNew("session:*", func() channels.Handler { return &sessionChannel{n: n} })
 	n.metrics.registerNode(n)
 	return n, nil
 }
