@@ -12,6 +12,7 @@ import (
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
+	"github.com/relaygw/relay/pubsub"
 	"github.com/relaygw/relay/session"
 )
 
@@ -179,7 +180,7 @@ func TestPubSubReachesOnlyHolders(t *testing.T) {
 	post(t, c.srvs[0], "r1", "warm up") // a owns r1
 	ws.eventsUntil(session.TypeTurnCompleted)
 
-	before := make([]PubSubCounts, len(c.nodes))
+	before := make([]pubsub.Counts, len(c.nodes))
 	for i, n := range c.nodes {
 		before[i] = n.pubsub.Counts()
 	}

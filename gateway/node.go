@@ -19,6 +19,7 @@ import (
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/presence"
+	"github.com/relaygw/relay/pubsub"
 	"github.com/relaygw/relay/session"
 	"go.uber.org/zap"
 )
@@ -45,7 +46,7 @@ type Node struct {
 	replay      session.ReplayLog
 	nc          *nats.Conn
 	scope       *muster.Scope
-	pubsub      *PubSub
+	pubsub      *pubsub.PubSub
 	presence    *presence.Tracker
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
@@ -104,8 +105,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	}
 
 	n.hub = channels.NewHubWithConfig(channels.HubConfig{
-		OnFirstSubscriber: func(topic string) { n.pubsub.onFirstSubscriber(topic) },
-		OnLastUnsubscribe: func(topic string) { n.pubsub.onLastUnsubscribe(topic) },
+		OnFirstSubscriber: func(topic string) { n.pubsub.JoinTopic(topic) },
+		OnLastUnsubscribe: func(topic string) { n.pubsub.LeaveTopic(topic) },
 		Tracer:            n.tracer,
 	})
 	// Presence is node-local: each node lists the sockets joined on it.
