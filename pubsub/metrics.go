@@ -13,8 +13,8 @@ const (
 	OpJoin   = "join"   // joining a topic's Muster group failed (floods reach it meanwhile)
 )
 
-// Metrics are PubSub's Prometheus counters. NewMetrics registers them; the
-// names are part of the operator's contract (README "Metrics").
+// Metrics are PubSub's Prometheus counters, served on /metrics. NewMetrics
+// registers them.
 type Metrics struct {
 	Published    prometheus.Counter     // relay_events_published_total: events published by this node
 	Deliveries   prometheus.Counter     // relay_deliveries_total: event frames enqueued to local sockets
