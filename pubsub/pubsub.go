@@ -202,12 +202,14 @@ func (p *PubSub) Publish(ctx context.Context, ev session.Event) error {
 		p.fanout(ctx, msg, p.scope.ViewHash())
 	case r.Status == muster.RouteOK:
 		msg.Kind, msg.ViewHash = KindRoute, p.scope.ViewHash()
-		p.send(ctx, r.Node, &msg)
+		b, _ := msg.MarshalBinary()
+		p.send(ctx, r.Node, b, &msg)
 	default: // rebalancing: every member of the view
 		msg.Kind = KindDeliver
+		b, _ := msg.MarshalBinary()
 		for _, n := range r.Members {
 			if n != p.self {
-				p.send(ctx, n, &msg)
+				p.send(ctx, n, b, &msg)
 			}
 		}
 	}
@@ -227,13 +229,17 @@ func (p *PubSub) fanout(ctx context.Context, msg Message, senderHash uint64) {
 		p.flood(ctx, &msg)
 		return
 	}
+	var b []byte // encoded once, for the first remote holder
 	for _, n := range nodes {
 		switch n {
 		case msg.Origin:
 		case p.self:
 			p.deliver(&msg)
 		default:
-			p.send(ctx, n, &msg)
+			if b == nil {
+				b, _ = msg.MarshalBinary()
+			}
+			p.send(ctx, n, b, &msg)
 		}
 	}
 }
@@ -250,8 +256,8 @@ func (p *PubSub) flood(ctx context.Context, msg *Message) {
 	}
 }
 
-func (p *PubSub) send(ctx context.Context, to string, msg *Message) {
-	b, _ := msg.MarshalBinary()
+// send sends b, the encoding of msg, to node to; msg names it in logs.
+func (p *PubSub) send(ctx context.Context, to string, b []byte, msg *Message) {
 	p.sent.Add(1)
 	p.m.NodeMessages.Inc()
 	if err := p.tr.Send(ctx, to, b); err != nil {
