@@ -113,7 +113,7 @@ func (c *cluster) add(name string) *node {
 	n := &node{name: name, scope: scope, tr: c.psNet.Transport(name), reg: prometheus.NewRegistry(), logs: logs}
 	n.local = &recorder{node: n}
 	n.ps = pubsub.New(pubsub.Config{Node: name, Scope: scope, Transport: n.tr, Local: n.local,
-		Metrics: pubsub.NewMetrics(n.reg), Logger: zap.New(core)})
+		Metrics: pubsub.NewMetrics(n.reg), Logger: zap.New(core, zap.WithClock(stoppedClock{}))})
 	n.tr.Register(n.ps)
 	if err := n.tr.Start(context.Background()); err != nil {
 		c.t.Fatal(err)
@@ -222,3 +222,10 @@ func counter(t *testing.T, n *node, name, op string) float64 {
 	}
 	return sum
 }
+
+// stoppedClock stamps every log entry with one instant, so the Warn sampler
+// (one line per message per second) sees every failure inside one second.
+type stoppedClock struct{}
+
+func (stoppedClock) Now() time.Time                         { return time.Unix(1700000000, 0) }
+func (stoppedClock) NewTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }
