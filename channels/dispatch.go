@@ -60,8 +60,8 @@ func (s *Socket) errorPayload(op, topic string, err error) Payload {
 // join handles phx_join (§3.2, §3.3).
 func (s *Socket) join(m *Message) {
 	tr := s.ep.cfg.Tracer
-	h := s.ep.routes.match(m.Topic)
-	if h == nil {
+	newHandler := s.ep.routes.match(m.Topic)
+	if newHandler == nil {
 		s.ep.stats.joinsRefused.Add(1)
 		s.reply(Ref{}, m.Ref, m.Topic, statusError, reasonPayload(ReasonUnmatchedTopic))
 		return
@@ -77,6 +77,7 @@ func (s *Socket) join(m *Message) {
 		s.forget(old)
 		old.end(ReasonDuplicateJoin, "")
 	}
+	h := newHandler()
 	ch := newChannel(s, m.Topic, m.JoinRef, h)
 	tr.Emit("join.start", "socket", s.id, "topic", m.Topic, "join_ref", m.JoinRef.String())
 	res, err := s.runJoin(h, ch, m.Payload)

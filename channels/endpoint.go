@@ -133,8 +133,24 @@ func NewEndpoint(cfg EndpointConfig) *Endpoint {
 
 // Handle routes topics matching pattern to h. A pattern ending in "*" is a
 // prefix ("session:*"); others match exactly; exact routes win, then the
-// longest prefix. Safe to call at any time; affects later joins.
-func (e *Endpoint) Handle(pattern string, h Handler) { e.routes.add(pattern, h) }
+// longest prefix. Every channel of those topics shares h. Safe to call at
+// any time; affects later joins.
+func (e *Endpoint) Handle(pattern string, h Handler) {
+	if h == nil {
+		panic("channels: Handle with a nil handler")
+	}
+	e.routes.add(pattern, func() Handler { return h })
+}
+
+// HandleNew routes topics matching pattern (as Handle) to a handler of
+// their own: every join calls newHandler once and that value serves the
+// channel's Join, HandleIn and Terminate, so state it keeps lives with the
+// channel and goes when the channel ends. A duplicate join gets a new
+// value. newHandler must return a non-nil Handler; it runs on the joining
+// socket's reader goroutine.
+func (e *Endpoint) HandleNew(pattern string, newHandler func() Handler) {
+	e.routes.add(pattern, newHandler)
+}
 
 // Hub returns the endpoint's Hub.
 func (e *Endpoint) Hub() *Hub { return e.hub }

@@ -6,21 +6,22 @@ import (
 	"sync"
 )
 
-// router maps topics to handlers. A pattern ending in "*" matches every
-// topic with that prefix ("session:*" matches "session:42"); any other
-// pattern matches exactly. Exact patterns win, then the longest prefix.
+// router maps topics to handler makers: each join gets the handler its
+// maker returns. A pattern ending in "*" matches every topic with that
+// prefix ("session:*" matches "session:42"); any other pattern matches
+// exactly. Exact patterns win, then the longest prefix.
 type router struct {
 	mu       sync.RWMutex
-	exact    map[string]Handler
+	exact    map[string]func() Handler
 	prefixes []prefixRoute // longest first
 }
 
 type prefixRoute struct {
 	prefix string
-	h      Handler
+	h      func() Handler
 }
 
-func (r *router) add(pattern string, h Handler) {
+func (r *router) add(pattern string, h func() Handler) {
 	if h == nil {
 		panic("channels: Handle with a nil handler")
 	}
@@ -40,12 +41,12 @@ func (r *router) add(pattern string, h Handler) {
 		return
 	}
 	if r.exact == nil {
-		r.exact = make(map[string]Handler)
+		r.exact = make(map[string]func() Handler)
 	}
 	r.exact[pattern] = h
 }
 
-func (r *router) match(topic string) Handler {
+func (r *router) match(topic string) func() Handler {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if h, ok := r.exact[topic]; ok {

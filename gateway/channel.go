@@ -16,10 +16,19 @@ import (
 // moment (recovered:false) and never blocks the socket for long.
 const joinTimeout = 2 * time.Second
 
-// sessionChannel handles "session:<id>" topics (docs/OWNERSHIP.md "Join (observe)").
-type sessionChannel struct{ n *Node }
+// sessionChannel handles one "session:<id>" channel (docs/OWNERSHIP.md
+// "Join (observe)"). Every join gets a value of its own (Endpoint.HandleNew),
+// so the channel's presence ref and token-expiry timer live here and go
+// with the channel. Join and HandleIn run on the socket's reader goroutine;
+// Terminate runs after the join completed (channels.Handler), so it sees
+// what Join set.
+type sessionChannel struct {
+	n           *Node
+	presenceRef string      // phx_ref of the channel's presence, "" when untracked
+	expiry      *time.Timer // closes the socket at token expiry; nil without exp
+}
 
-var _ channels.Handler = sessionChannel{}
+var _ channels.Handler = (*sessionChannel)(nil)
 
 // joinParams is the phx_join payload:
 //
@@ -55,7 +64,7 @@ func sessionID(topic string) string { return strings.TrimPrefix(topic, "session:
 // log. Live events that arrive while the join runs are held by the channel and
 // dropped when at or before the last replayed position, so the seam has no
 // gap and no duplicate.
-func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload json.RawMessage) (channels.JoinResult, error) {
+func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload json.RawMessage) (channels.JoinResult, error) {
 	n := h.n
 	id := sessionID(ch.Topic())
 	if !session.ValidID(id) {
@@ -75,7 +84,7 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 		}
 	}
 
-	n.expireAt(ch, claims)
+	h.expireAt(ch, claims)
 	ch.Subscribe()
 
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
@@ -87,59 +96,39 @@ func (h sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload 
 		reply.Epoch, reply.Seq, reply.Owner = st.Epoch, st.Seq, owner
 		res.Response = reply
 		if p.Presence {
-			res.Then = n.trackPresence(ch, claims)
+			res.Then = h.trackPresence(ch, claims)
 		}
 		return res, nil
 	}
-	last := *p.LastEvent
-	events, complete, err := n.replay.Since(ctx, id, last, int(n.cfg.ReplayMaxLen))
-	switch {
-	case err != nil:
+	rr, err := session.Replay(ctx, n.replay, id, *p.LastEvent, int(n.cfg.ReplayMaxLen))
+	if err != nil {
 		n.log.Warn("replay read failed", zap.String("session", id), zap.Error(err))
 		n.metrics.replayErrors.Inc()
-		reply.Recovered, reply.Reason = false, "replay_unavailable"
-	case !complete:
-		reply.Recovered, reply.Reason = false, "replay_truncated"
 	}
-	for _, ev := range events {
-		// Every event gets the next seq, so a forward jump means events the
-		// log does not hold (appends lost while it was unreachable, or a
-		// turn's final events an owner reserved and died before emitting):
-		// the client must refetch, as when the log was trimmed.
-		if ev.Seq > last.Seq+1 && reply.Recovered {
-			reply.Recovered, reply.Reason = false, "replay_truncated"
-		}
+	reply.Recovered, reply.Reason = rr.Recovered, string(rr.Reason)
+	for _, ev := range rr.Events {
 		b, err := json.Marshal(ev)
 		if err != nil {
 			continue
 		}
 		res.Then = append(res.Then, channels.Push{Event: ev.Type, Payload: b})
-		last = ev.Pos()
 	}
-	n.metrics.replayed.Add(float64(len(events)))
-	reply.Epoch, reply.Seq, reply.Replayed = last.Epoch, last.Seq, len(events)
+	n.metrics.replayed.Add(float64(len(rr.Events)))
+	reply.Epoch, reply.Seq, reply.Replayed = rr.Top.Epoch, rr.Top.Seq, len(rr.Events)
 	_, reply.Owner = n.owner(ctx, id)
 	res.Response = reply
 	if p.Presence {
-		res.Then = append(res.Then, n.trackPresence(ch, claims)...)
-	}
-	cutoff := last
-	if err == nil && !complete && len(events) == 0 {
-		// The log neither reaches back to the cursor nor holds anything
-		// after it: the cursor is ahead of the log (a restarted embedded
-		// node, a wiped store), not behind. Every live event is news to
-		// this client; dropping those up to its cursor would lose them.
-		cutoff = session.Position{}
+		res.Then = append(res.Then, h.trackPresence(ch, claims)...)
 	}
 	res.Skip = func(b *channels.Broadcast) bool {
 		pos, ok := b.Meta.(session.Position)
-		return ok && !cutoff.Less(pos)
+		return ok && rr.Duplicate(pos)
 	}
 	return res, nil
 }
 
 // HandleIn takes a "message" push down the same path as an event POST.
-func (h sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, event string, payload json.RawMessage) (any, error) {
+func (h *sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, event string, payload json.RawMessage) (any, error) {
 	if event != "message" {
 		return nil, replyErr("unknown_event", "session channels accept only \"message\" pushes")
 	}
@@ -156,40 +145,41 @@ func (h sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, even
 }
 
 // Terminate untracks the channel's presence (a presence_diff leave goes to
-// the topic); the hub drops the channel's subscription itself.
-func (h sessionChannel) Terminate(ch *channels.Channel, _ channels.CloseReason) {
-	if ref, ok := h.n.presenceRef.LoadAndDelete(ch); ok {
-		h.n.presence.Untrack(ch.Topic(), ref.(string))
+// the topic) and stops its token-expiry timer; the hub drops the channel's
+// subscription itself.
+func (h *sessionChannel) Terminate(ch *channels.Channel, _ channels.CloseReason) {
+	if h.presenceRef != "" {
+		h.n.presence.Untrack(ch.Topic(), h.presenceRef)
 	}
-	if t, ok := h.n.expiries.LoadAndDelete(ch); ok {
-		t.(*time.Timer).Stop()
+	if h.expiry != nil {
+		h.expiry.Stop()
 	}
 }
 
 // expireAt closes the channel's socket (1001) when the token it joined with
 // expires, so a socket never watches a session longer than its token allows;
 // the client reconnects with a fresh token.
-func (n *Node) expireAt(ch *channels.Channel, claims *Claims) {
+func (h *sessionChannel) expireAt(ch *channels.Channel, claims *Claims) {
 	if claims.ExpiresAt == nil {
 		return
 	}
-	sock := ch.Socket()
-	n.expiries.Store(ch, time.AfterFunc(time.Until(claims.ExpiresAt.Time), func() {
-		n.log.Debug("token expired: closing socket", zap.String("socket", sock.ID()))
+	sock, log := ch.Socket(), h.n.log
+	h.expiry = time.AfterFunc(time.Until(claims.ExpiresAt.Time), func() {
+		log.Debug("token expired: closing socket", zap.String("socket", sock.ID()))
 		sock.Close(channels.CloseGoingAway)
-	}))
+	})
 }
 
 // trackPresence tracks the joining channel under its token's subject (the
 // socket id when the token has none) and returns the presence_state push the
 // channel gets right after its join reply (docs/PHOENIX.md §5.3: a full
 // state after every join). The join's own presence_diff follows it.
-func (n *Node) trackPresence(ch *channels.Channel, claims *Claims) []channels.Push {
+func (h *sessionChannel) trackPresence(ch *channels.Channel, claims *Claims) []channels.Push {
+	n := h.n
 	key := claims.Subject
 	if key == "" {
 		key = "socket:" + ch.Socket().ID()
 	}
-	ref := n.presence.Track(ch.Topic(), key, map[string]any{"node": n.name, "online_at": time.Now().Unix()})
-	n.presenceRef.Store(ch, ref)
+	h.presenceRef = n.presence.Track(ch.Topic(), key, map[string]any{"node": n.name, "online_at": time.Now().Unix()})
 	return []channels.Push{{Event: "presence_state", Payload: n.presence.List(ch.Topic())}}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/memnet"
 	"github.com/relaygw/relay/muster/natstransport"
+	"github.com/relaygw/relay/pubsub"
 	"go.uber.org/zap"
 )
 
@@ -91,7 +92,7 @@ func (n *Node) buildCluster(ctx context.Context) error {
 	n.scope = scope
 	n.closers = append(n.closers, func() { _ = scope.Close() })
 
-	n.pubsub = newPubSub(n.name, scope, psTr, n.hub, n.log.Named("pubsub"), n.metrics)
+	n.pubsub = pubsub.New(pubsub.Config{Node: n.name, Scope: scope, Transport: psTr, Local: n.hub, Metrics: n.metrics.pubsub, Logger: n.log.Named("pubsub")})
 	psTr.Register(n.pubsub)
 	if err := psTr.Start(ctx); err != nil {
 		return fmt.Errorf("gateway: start pubsub transport: %w", err)

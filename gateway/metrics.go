@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/relaygw/relay/pubsub"
 )
 
 // metrics are the node's Prometheus collectors, on a registry of its own so
@@ -11,13 +12,10 @@ import (
 type metrics struct {
 	reg          *prometheus.Registry
 	refused      *prometheus.CounterVec
-	published    prometheus.Counter
-	deliveries   prometheus.Counter
 	replayed     prometheus.Counter
 	replayErrors prometheus.Counter
 	authFailures prometheus.Counter
-	nodeMessages prometheus.Counter
-	floods       prometheus.Counter
+	pubsub       *pubsub.Metrics // published, deliveries, node messages, floods, errors
 }
 
 func newMetrics() *metrics {
@@ -30,13 +28,10 @@ func newMetrics() *metrics {
 	return &metrics{
 		reg:          reg,
 		refused:      f.NewCounterVec(prometheus.CounterOpts{Name: "relay_events_refused_total", Help: "Events refused, by error code."}, []string{"code"}),
-		published:    counter("relay_events_published_total", "Session events published by this node."),
-		deliveries:   counter("relay_deliveries_total", "Event frames enqueued to local sockets."),
 		replayed:     counter("relay_replayed_events_total", "Events replayed to joining sockets."),
 		replayErrors: counter("relay_replay_errors_total", "Joins whose replay read failed (recovered:false)."),
 		authFailures: counter("relay_socket_auth_failures_total", "Sockets refused for a missing or invalid token."),
-		nodeMessages: counter("relay_pubsub_node_messages_total", "Event messages sent to other nodes (routed to a router or delivered to a target)."),
-		floods:       counter("relay_pubsub_floods_total", "Events flooded to every node because the routing table could not be trusted."),
+		pubsub:       pubsub.NewMetrics(reg),
 	}
 }
 

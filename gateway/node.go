@@ -20,6 +20,7 @@ import (
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/presence"
+	"github.com/relaygw/relay/pubsub"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/natsforward"
 	"go.uber.org/zap"
@@ -47,10 +48,8 @@ type Node struct {
 	replay      session.ReplayLog
 	nc          *nats.Conn
 	scope       *muster.Scope
-	pubsub      *PubSub
+	pubsub      *pubsub.PubSub
 	presence    *presence.Tracker
-	presenceRef sync.Map // *channels.Channel → its presence phx_ref
-	expiries    sync.Map // *channels.Channel → *time.Timer closing its socket at token expiry
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
@@ -108,8 +107,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	}
 
 	n.hub = channels.NewHubWithConfig(channels.HubConfig{
-		OnFirstSubscriber: func(topic string) { n.pubsub.onFirstSubscriber(topic) },
-		OnLastUnsubscribe: func(topic string) { n.pubsub.onLastUnsubscribe(topic) },
+		OnFirstSubscriber: func(topic string) { n.pubsub.JoinTopic(topic) },
+		OnLastUnsubscribe: func(topic string) { n.pubsub.LeaveTopic(topic) },
 		Tracer:            n.tracer,
 	})
 	// Presence is node-local: each node lists the sockets joined on it.
@@ -161,7 +160,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		WriteDelay:       cfg.WriteDelay,
 		Logger:           n.log,
 	})
-	n.endpoint.Handle("session:*", sessionChannel{n: n})
+	n.endpoint.HandleNew("session:*", func() channels.Handler { return &sessionChannel{n: n} })
 	n.metrics.registerNode(n)
 	return n, nil
 }

@@ -1,0 +1,45 @@
+package pubsub
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Error operations, the "op" label of relay_pubsub_errors_total.
+const (
+	OpSend   = "send"   // a Send to one node failed
+	OpFlood  = "flood"  // a flood (transport Broadcast) failed
+	OpDecode = "decode" // an inbound message was not a version-1 message
+	OpJoin   = "join"   // joining a topic's Muster group failed (floods reach it meanwhile)
+)
+
+// Metrics are PubSub's Prometheus counters, served on /metrics. NewMetrics
+// registers them.
+type Metrics struct {
+	Published    prometheus.Counter     // relay_events_published_total: events published by this node
+	Deliveries   prometheus.Counter     // relay_deliveries_total: event frames enqueued to local sockets
+	NodeMessages prometheus.Counter     // relay_pubsub_node_messages_total: messages sent to other nodes
+	Floods       prometheus.Counter     // relay_pubsub_floods_total: floods started
+	Errors       *prometheus.CounterVec // relay_pubsub_errors_total{op}: failures by Op*
+}
+
+// NewMetrics creates the counters on reg (a nil reg registers nowhere, for
+// tests that read only Counts). Registering twice on one registry panics.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	counter := func(name, help string) prometheus.Counter {
+		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	m := &Metrics{
+		Published:    counter("relay_events_published_total", "Session events published by this node."),
+		Deliveries:   counter("relay_deliveries_total", "Event frames enqueued to local sockets."),
+		NodeMessages: counter("relay_pubsub_node_messages_total", "Event messages sent to other nodes (routed to a router or delivered to a target)."),
+		Floods:       counter("relay_pubsub_floods_total", "Events flooded to every node because the routing table could not be trusted."),
+		Errors: f.NewCounterVec(prometheus.CounterOpts{Name: "relay_pubsub_errors_total",
+			Help: "Routed-delivery failures by op: send, flood (transport errors), decode (malformed or unknown-version messages), join (Muster group join)."}, []string{"op"}),
+	}
+	for _, op := range []string{OpSend, OpFlood, OpDecode, OpJoin} {
+		m.Errors.WithLabelValues(op) // every op shows from the first scrape, at 0
+	}
+	return m
+}
