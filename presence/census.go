@@ -53,8 +53,9 @@ type CensusConfig struct {
 	Tracer *trace.Tracer
 }
 
-// DefaultCensusConfig returns the defaults (DESIGN "Defaults": Census
-// broadcast 5 s; Forum #2038: re-discover 60 s).
+// DefaultCensusConfig returns the defaults (docs/OWNERSHIP.md "Defaults"):
+// counts broadcast every 5 s, re-discovery every 60 s (docs/MUSTER.md
+// "History", correction 7), a silent peer dropped after 15 s.
 func DefaultCensusConfig() CensusConfig {
 	return CensusConfig{BroadcastInterval: 5 * time.Second, DiscoverInterval: 60 * time.Second, PeerTimeout: 15 * time.Second}
 }
@@ -71,7 +72,7 @@ func DefaultCensusConfig() CensusConfig {
 // (broadcast at Start and every DiscoverInterval) or its ack. Counts from a
 // node that is not registered, or from another incarnation of it, are
 // ignored, so counts that arrive after a peer's departure cannot come back
-// as ghosts (Forum #2038); the ignoring node sends that sender a hello, and
+// as ghosts (docs/MUSTER.md "History", correction 7); the ignoring node sends that sender a hello, and
 // the sender's ack registers it if it is alive. A peer departs when it says
 // bye (Stop), when it stays silent for PeerTimeout, or when a higher
 // incarnation of it registers.

@@ -187,9 +187,9 @@ func TestCensusSilentPeerTimesOut(t *testing.T) {
 	}
 }
 
-// TestCensusLateCountsAfterDepartureAreIgnored is Forum #2038: a peer's
-// counts that reach a node after it has processed the peer's departure must
-// not come back as ghost counts.
+// TestCensusLateCountsAfterDepartureAreIgnored (docs/MUSTER.md "History",
+// correction 7): a peer's counts that reach a node after it has processed
+// the peer's departure must not come back as ghost counts.
 func TestCensusLateCountsAfterDepartureAreIgnored(t *testing.T) {
 	f := newFixture(t)
 	a, b := f.start("a", 1), f.start("b", 1)
