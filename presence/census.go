@@ -276,7 +276,7 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		c.log.Warn("census: dropping message", zap.String("from", from), zap.Error(err))
 		return
 	}
-	var evs [][]any
+	var evs trace.Pending // emitted once c.mu is released
 	var reply string // kind to send back to from, if any
 	c.mu.Lock()
 	p := c.peers[from]
@@ -288,12 +288,11 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		switch {
 		case p == nil:
 			c.peers[from] = &peer{inc: m.Inc, seen: now}
-			evs = append(evs, []any{"census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc})
+			evs.Add(c.tc, "census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc)
 		case m.Inc > p.inc:
 			c.peers[from] = &peer{inc: m.Inc, seen: now}
-			evs = append(evs,
-				[]any{"census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "restarted"},
-				[]any{"census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc})
+			evs.Add(c.tc, "census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "restarted")
+			evs.Add(c.tc, "census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc)
 		case m.Inc == p.inc:
 			p.seen = now
 		}
@@ -304,7 +303,7 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		c.gone[from] = max(c.gone[from], m.Inc)
 		if p != nil && p.inc <= m.Inc {
 			delete(c.peers, from)
-			evs = append(evs, []any{"census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "bye"})
+			evs.Add(c.tc, "census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "bye")
 		}
 	case kindCounts:
 		switch {
@@ -312,21 +311,19 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 			if m.Inc > c.gone[from] {
 				reply = kindHello
 			}
-			evs = append(evs, []any{"census.counts.ignored", "node", c.self, "from", from, "reason", "unregistered"})
+			evs.Add(c.tc, "census.counts.ignored", "node", c.self, "from", from, "reason", "unregistered")
 		case m.Inc < p.inc:
-			evs = append(evs, []any{"census.counts.ignored", "node", c.self, "from", from, "reason", "incarnation"})
+			evs.Add(c.tc, "census.counts.ignored", "node", c.self, "from", from, "reason", "incarnation")
 		case m.Seq <= p.seq:
 			p.seen = now
-			evs = append(evs, []any{"census.counts.ignored", "node", c.self, "from", from, "reason", "stale"})
+			evs.Add(c.tc, "census.counts.ignored", "node", c.self, "from", from, "reason", "stale")
 		default:
 			p.seq, p.counts, p.seen = m.Seq, m.Counts, now
-			evs = append(evs, []any{"census.counts.accepted", "node", c.self, "from", from, "seq", m.Seq})
+			evs.Add(c.tc, "census.counts.accepted", "node", c.self, "from", from, "seq", m.Seq)
 		}
 	}
 	c.mu.Unlock()
-	for _, e := range evs {
-		c.tc.Emit(e[0].(string), e[1:]...)
-	}
+	evs.Emit(c.tc)
 	switch reply {
 	case kindAck:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
