@@ -49,6 +49,7 @@ type Node struct {
 	presence    *presence.Tracker
 	presenceRef sync.Map // *channels.Channel → its presence phx_ref
 	expiries    sync.Map // *channels.Channel → *time.Timer closing its socket at token expiry
+	census      *presence.Census
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
@@ -115,6 +116,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		n.hub.Broadcast(topic, "presence_diff", diff, nil)
 	}})
 	if err := n.buildCluster(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := n.buildCensus(ctx); err != nil {
 		n.Close()
 		return nil, err
 	}

@@ -47,6 +47,13 @@ type CensusConfig struct {
 	// is treated as departed and its counts dropped. Zero means three
 	// broadcast intervals.
 	PeerTimeout time.Duration
+	// LocalCounts, when set, reports members of this node that the Census
+	// does not track itself: group → count (zero counts are ignored). It is
+	// read before every broadcast and by Local, LocalCounts, Count and
+	// Counts, never with the Census's lock held, so it may take locks of its
+	// own; its counts are added to those of Inc, Dec and Track. The gateway
+	// reads its hub's session topics here.
+	LocalCounts func() map[string]int
 	// Logger; nil means zap.NewNop().
 	Logger *zap.Logger
 	// Tracer receives the trace points listed on Census. Nil is free.
@@ -62,8 +69,9 @@ func DefaultCensusConfig() CensusConfig {
 
 // Census counts group members across the cluster.
 //
-// Each node counts its own members (Inc, Dec, Track) and broadcasts its
-// non-zero counts every BroadcastInterval. Count returns the local count
+// Each node counts its own members (Inc, Dec, Track, and
+// CensusConfig.LocalCounts) and broadcasts its non-zero counts every
+// BroadcastInterval. Count returns the local count
 // plus the latest count received from every live, registered peer. A join
 // on one node shows on the others after at most one interval once they
 // have registered it.
@@ -72,8 +80,9 @@ func DefaultCensusConfig() CensusConfig {
 // (broadcast at Start and every DiscoverInterval) or its ack. Counts from a
 // node that is not registered, or from another incarnation of it, are
 // ignored, so counts that arrive after a peer's departure cannot come back
-// as ghosts (docs/MUSTER.md "History", correction 7); the ignoring node sends that sender a hello, and
-// the sender's ack registers it if it is alive. A peer departs when it says
+// as ghosts (docs/MUSTER.md "History", correction 7); the ignoring node
+// sends that sender a hello, and the sender's ack registers it if it is
+// alive. A peer departs when it says
 // bye (Stop), when it stays silent for PeerTimeout, or when a higher
 // incarnation of it registers.
 //
@@ -227,9 +236,10 @@ func (c *Census) hello(ctx context.Context, to string) {
 
 // broadcastCounts sends the local non-zero counts to every peer.
 func (c *Census) broadcastCounts(ctx context.Context) {
+	ext := c.external()
 	c.mu.Lock()
 	c.seq++
-	m := censusMsg{Kind: kindCounts, Inc: c.cfg.Incarnation, Seq: c.seq, Counts: maps.Clone(c.local)}
+	m := censusMsg{Kind: kindCounts, Inc: c.cfg.Incarnation, Seq: c.seq, Counts: c.localLocked(ext)}
 	c.mu.Unlock()
 	if err := c.tr.Broadcast(ctx, encodeCensus(m)); err != nil {
 		c.log.Debug("census: counts not sent", zap.Error(err))
@@ -277,7 +287,7 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		return
 	}
 	var evs trace.Pending // emitted once c.mu is released
-	var reply string // kind to send back to from, if any
+	var reply string      // kind to send back to from, if any
 	c.mu.Lock()
 	p := c.peers[from]
 	switch m.Kind {
@@ -372,33 +382,55 @@ func (c *Census) Track(ctx context.Context, group string) (untrack func()) {
 	}
 }
 
+// external reads CensusConfig.LocalCounts (nil when unset). Call it without
+// c.mu held.
+func (c *Census) external() map[string]int {
+	if c.cfg.LocalCounts == nil {
+		return nil
+	}
+	return c.cfg.LocalCounts()
+}
+
+// localLocked returns a new map of this node's non-zero counts: the tracked
+// ones plus ext. c.mu must be held.
+func (c *Census) localLocked(ext map[string]int) map[string]int {
+	out := make(map[string]int, len(c.local)+len(ext))
+	maps.Copy(out, c.local)
+	for g, n := range ext {
+		if n > 0 {
+			out[g] += n
+		}
+	}
+	return out
+}
+
 // Local returns the number of members of group on this node.
 func (c *Census) Local(group string) int {
+	return c.LocalCounts()[group]
+}
+
+// LocalCounts returns this node's count of every group with members here.
+func (c *Census) LocalCounts() map[string]int {
+	ext := c.external()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.local[group]
+	return c.localLocked(ext)
 }
 
 // Count returns the cluster-wide number of members of group: the local
 // count plus the latest count from every registered peer.
 func (c *Census) Count(group string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.local[group]
-	for _, p := range c.peers {
-		n += p.counts[group]
-	}
-	return n
+	return c.Counts()[group]
 }
 
-// Counts returns the cluster-wide count of every group with members.
+// Counts returns the cluster-wide count of every group with members: this
+// node's counts, read now, plus the latest counts broadcast by every
+// registered peer (at most one BroadcastInterval old).
 func (c *Census) Counts() map[string]int {
+	ext := c.external()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := maps.Clone(c.local)
-	if out == nil {
-		out = make(map[string]int)
-	}
+	out := c.localLocked(ext)
 	for _, p := range c.peers {
 		for g, n := range p.counts {
 			if n > 0 {
