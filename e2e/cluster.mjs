@@ -16,6 +16,7 @@ export const FAST_CLUSTER = Object.freeze({
   MUSTER_PEER_DOWN: "2s",
   LEASE_TTL: "6s",
   LEASE_RENEW: "2s",
+  CENSUS_INTERVAL: "200ms",
 });
 
 const READY_WAIT_MS = 20_000;

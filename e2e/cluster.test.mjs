@@ -139,3 +139,41 @@ test("observe from anywhere: three processes, owner B, posts on B and C, a mid-t
   const infos = await Promise.all(gws.map(nodeInfo));
   assert.ok(infos.every((i) => i.cluster.status === "ready"), JSON.stringify(infos.map((i) => i.cluster)));
 }));
+
+/** GET /admin/viewers of gw: {node, local, cluster, peers}. */
+async function viewers(gw) {
+  const res = await gw.request("/admin/viewers", { headers: { Authorization: `Bearer ${gw.adminToken}` } });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  return res.body;
+}
+
+/**
+ * Polls every node's /admin/viewers until topic's cluster-wide count is want on all of
+ * them (counts cross the process boundary only every CENSUS_INTERVAL), then returns them.
+ */
+async function untilViewers(topic, want, ms = 10_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const all = await Promise.all(gws.map(viewers));
+    if (all.every((v) => v.cluster[topic] === want)) return all;
+    if (Date.now() > deadline) throw new Error(`viewers of ${topic} never reached ${want}: ${JSON.stringify(all)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test("viewers: /admin/viewers on every node counts the sockets of all three processes", withLogs(async (t) => {
+  const topic = `session:${uniqueId("v-")}`;
+  const sockets = [await openSocket(t, a), await openSocket(t, a), await openSocket(t, c)];
+  for (const s of sockets) assert.equal((await join(s.channel(topic, {}))).status, "ok");
+
+  const all = await untilViewers(topic, 3);
+  const byNode = Object.fromEntries(all.map((v) => [v.node, v]));
+  assert.equal(byNode[a.nodeName].local[topic], 2);
+  assert.equal(byNode[b.nodeName].local[topic], undefined);
+  assert.equal(byNode[c.nodeName].local[topic], 1);
+  for (const v of all) assert.deepEqual([...v.peers].sort(), gws.map((gw) => gw.nodeName).filter((n) => n !== v.node).sort());
+
+  // The socket on C goes away (a closed tab): every node drops it.
+  sockets[2].disconnect();
+  await untilViewers(topic, 2);
+}));

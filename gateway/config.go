@@ -47,6 +47,8 @@ type Config struct {
 	// muster's defaults. Not a command-line setting.
 	Muster muster.Config `kong:"-"`
 
+	CensusInterval time.Duration `name:"census-interval" env:"CENSUS_INTERVAL" default:"5s" help:"How often a node broadcasts its viewer counts per session to the other nodes."`
+
 	DrainWindow time.Duration `name:"drain-window" env:"DRAIN_WINDOW" default:"30s" help:"Time a draining node has to hand back sessions and close sockets."`
 }
 
@@ -59,6 +61,7 @@ func DefaultConfig() Config {
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
+		CensusInterval: 5 * time.Second,
 	}
 }
 
@@ -73,8 +76,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: LEASE_TTL and LEASE_RENEW must be positive")
 	case c.LeaseRenew >= c.LeaseTTL-c.renewMargin():
 		return fmt.Errorf("gateway: LEASE_RENEW (%v) must be shorter than LEASE_TTL (%v) minus the %v safety margin", c.LeaseRenew, c.LeaseTTL, c.renewMargin())
-	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0:
-		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW and FORWARD_TIMEOUT must be positive")
+	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0 || c.CensusInterval <= 0:
+		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW, FORWARD_TIMEOUT and CENSUS_INTERVAL must be positive")
 	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:
 		return errors.New("gateway: MAX_FRAME_BYTES must be at least 1024 and MAX_BODY_BYTES at least 256")
 	case c.SocketQueue < 1 || c.ReplayMaxLen < 1:

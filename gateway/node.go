@@ -50,6 +50,7 @@ type Node struct {
 	scope       *muster.Scope
 	pubsub      *pubsub.PubSub
 	presence    *presence.Tracker
+	census      *presence.Census
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
@@ -116,6 +117,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		n.hub.Broadcast(topic, "presence_diff", diff, nil)
 	}})
 	if err := n.buildCluster(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := n.buildCensus(ctx); err != nil {
 		n.Close()
 		return nil, err
 	}

@@ -35,6 +35,7 @@ func (n *Node) Handler() http.Handler {
 		r.Get("/sessions", n.handleAdminSessions)
 		r.Post("/drain", n.handleAdminDrain)
 		r.Get("/muster", n.handleAdminMuster)
+		r.Get("/viewers", n.handleAdminViewers)
 		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		r.HandleFunc("/debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {

@@ -1,5 +1,5 @@
 -- Session checkpoints, fenced by epoch: a write lands only when the stored
--- epoch is not ahead of the writer's (the seed's "The fence").
+-- epoch is not ahead of the writer's (docs/OWNERSHIP.md "The fence").
 
 -- +goose Up
 CREATE TABLE agent_checkpoints (

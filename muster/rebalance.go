@@ -33,7 +33,9 @@ func (c *coordinator) beginRound(target []NodeID) {
 	s.viewHash.Store(ViewHash(target))
 	c.publishFanout(target)
 	c.setStatus(Rebalancing)
-	s.tr.Emit("muster_view_prepare", "scope", s.name, "node", s.self, "to", names(target), "seq", seq, "audience", len(r.awaiting))
+	if s.tr.Enabled() { // names allocates
+		s.tr.Emit("muster_view_prepare", "scope", s.name, "node", s.self, "to", names(target), "seq", seq, "audience", len(r.awaiting))
+	}
 	for n := range r.awaiting {
 		id := NodeID{n, c.peers[n]}
 		s.worker(func() {
@@ -123,7 +125,9 @@ func (c *coordinator) rebalance(target []NodeID) {
 	c.pending = nil
 	c.promoted = true
 	hash := ViewHash(target)
-	s.tr.Emit("muster_rebalance_start", "scope", s.name, "node", s.self, "from", names(old), "to", names(target), "view_hash", hash)
+	if s.tr.Enabled() { // names allocates
+		s.tr.Emit("muster_rebalance_start", "scope", s.name, "node", s.self, "from", names(old), "to", names(target), "view_hash", hash)
+	}
 	added, removed := diffMembers(old, target)
 	s.log.Info("muster: rebalance", zap.Int("members", len(target)), zap.Int("was", len(old)),
 		zap.Strings("added", added), zap.Strings("removed", removed), zap.Uint64("view_hash", hash))
@@ -208,8 +212,10 @@ func (c *coordinator) rebalance(target []NodeID) {
 	c.recomputeStatus()
 	took := time.Since(start)
 	s.met.Rebalanced(len(held), nMoved, fulls, deltas, took)
-	s.tr.Emit("muster_rebalance_done", "scope", s.name, "node", s.self, "members", names(target), "view_hash", hash,
-		"held", len(held), "moved", nMoved, "snapshots", fulls, "deltas", deltas)
+	if s.tr.Enabled() { // names allocates
+		s.tr.Emit("muster_rebalance_done", "scope", s.name, "node", s.self, "members", names(target), "view_hash", hash,
+			"held", len(held), "moved", nMoved, "snapshots", fulls, "deltas", deltas)
+	}
 	s.log.Info("muster: rebalance done", zap.Int("held", len(held)), zap.Int("moved", nMoved),
 		zap.Int("snapshots", fulls), zap.Int("deltas", deltas), zap.Duration("took", took))
 }

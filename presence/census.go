@@ -47,22 +47,31 @@ type CensusConfig struct {
 	// is treated as departed and its counts dropped. Zero means three
 	// broadcast intervals.
 	PeerTimeout time.Duration
+	// LocalCounts, when set, reports members of this node that the Census
+	// does not track itself: group → count (zero counts are ignored). It is
+	// read before every broadcast and by Local, LocalCounts, Count and
+	// Counts, never with the Census's lock held, so it may take locks of its
+	// own; its counts are added to those of Inc, Dec and Track. The gateway
+	// reads its hub's session topics here.
+	LocalCounts func() map[string]int
 	// Logger; nil means zap.NewNop().
 	Logger *zap.Logger
 	// Tracer receives the trace points listed on Census. Nil is free.
 	Tracer *trace.Tracer
 }
 
-// DefaultCensusConfig returns the defaults (DESIGN "Defaults": Census
-// broadcast 5 s; Forum #2038: re-discover 60 s).
+// DefaultCensusConfig returns the defaults (docs/OWNERSHIP.md "Defaults"):
+// counts broadcast every 5 s, re-discovery every 60 s (docs/MUSTER.md
+// "History", correction 7), a silent peer dropped after 15 s.
 func DefaultCensusConfig() CensusConfig {
 	return CensusConfig{BroadcastInterval: 5 * time.Second, DiscoverInterval: 60 * time.Second, PeerTimeout: 15 * time.Second}
 }
 
 // Census counts group members across the cluster.
 //
-// Each node counts its own members (Inc, Dec, Track) and broadcasts its
-// non-zero counts every BroadcastInterval. Count returns the local count
+// Each node counts its own members (Inc, Dec, Track, and
+// CensusConfig.LocalCounts) and broadcasts its non-zero counts every
+// BroadcastInterval. Count returns the local count
 // plus the latest count received from every live, registered peer. A join
 // on one node shows on the others after at most one interval once they
 // have registered it.
@@ -71,8 +80,9 @@ func DefaultCensusConfig() CensusConfig {
 // (broadcast at Start and every DiscoverInterval) or its ack. Counts from a
 // node that is not registered, or from another incarnation of it, are
 // ignored, so counts that arrive after a peer's departure cannot come back
-// as ghosts (Forum #2038); the ignoring node sends that sender a hello, and
-// the sender's ack registers it if it is alive. A peer departs when it says
+// as ghosts (docs/MUSTER.md "History", correction 7); the ignoring node
+// sends that sender a hello, and the sender's ack registers it if it is
+// alive. A peer departs when it says
 // bye (Stop), when it stays silent for PeerTimeout, or when a higher
 // incarnation of it registers.
 //
@@ -226,9 +236,10 @@ func (c *Census) hello(ctx context.Context, to string) {
 
 // broadcastCounts sends the local non-zero counts to every peer.
 func (c *Census) broadcastCounts(ctx context.Context) {
+	ext := c.external()
 	c.mu.Lock()
 	c.seq++
-	m := censusMsg{Kind: kindCounts, Inc: c.cfg.Incarnation, Seq: c.seq, Counts: maps.Clone(c.local)}
+	m := censusMsg{Kind: kindCounts, Inc: c.cfg.Incarnation, Seq: c.seq, Counts: c.localLocked(ext)}
 	c.mu.Unlock()
 	if err := c.tr.Broadcast(ctx, encodeCensus(m)); err != nil {
 		c.log.Debug("census: counts not sent", zap.Error(err))
@@ -275,8 +286,8 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		c.log.Warn("census: dropping message", zap.String("from", from), zap.Error(err))
 		return
 	}
-	var evs [][]any
-	var reply string // kind to send back to from, if any
+	var evs trace.Pending // emitted once c.mu is released
+	var reply string      // kind to send back to from, if any
 	c.mu.Lock()
 	p := c.peers[from]
 	switch m.Kind {
@@ -287,12 +298,11 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		switch {
 		case p == nil:
 			c.peers[from] = &peer{inc: m.Inc, seen: now}
-			evs = append(evs, []any{"census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc})
+			evs.Add(c.tc, "census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc)
 		case m.Inc > p.inc:
 			c.peers[from] = &peer{inc: m.Inc, seen: now}
-			evs = append(evs,
-				[]any{"census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "restarted"},
-				[]any{"census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc})
+			evs.Add(c.tc, "census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "restarted")
+			evs.Add(c.tc, "census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc)
 		case m.Inc == p.inc:
 			p.seen = now
 		}
@@ -303,7 +313,7 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		c.gone[from] = max(c.gone[from], m.Inc)
 		if p != nil && p.inc <= m.Inc {
 			delete(c.peers, from)
-			evs = append(evs, []any{"census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "bye"})
+			evs.Add(c.tc, "census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "bye")
 		}
 	case kindCounts:
 		switch {
@@ -311,21 +321,19 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 			if m.Inc > c.gone[from] {
 				reply = kindHello
 			}
-			evs = append(evs, []any{"census.counts.ignored", "node", c.self, "from", from, "reason", "unregistered"})
+			evs.Add(c.tc, "census.counts.ignored", "node", c.self, "from", from, "reason", "unregistered")
 		case m.Inc < p.inc:
-			evs = append(evs, []any{"census.counts.ignored", "node", c.self, "from", from, "reason", "incarnation"})
+			evs.Add(c.tc, "census.counts.ignored", "node", c.self, "from", from, "reason", "incarnation")
 		case m.Seq <= p.seq:
 			p.seen = now
-			evs = append(evs, []any{"census.counts.ignored", "node", c.self, "from", from, "reason", "stale"})
+			evs.Add(c.tc, "census.counts.ignored", "node", c.self, "from", from, "reason", "stale")
 		default:
 			p.seq, p.counts, p.seen = m.Seq, m.Counts, now
-			evs = append(evs, []any{"census.counts.accepted", "node", c.self, "from", from, "seq", m.Seq})
+			evs.Add(c.tc, "census.counts.accepted", "node", c.self, "from", from, "seq", m.Seq)
 		}
 	}
 	c.mu.Unlock()
-	for _, e := range evs {
-		c.tc.Emit(e[0].(string), e[1:]...)
-	}
+	evs.Emit(c.tc)
 	switch reply {
 	case kindAck:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -374,33 +382,55 @@ func (c *Census) Track(ctx context.Context, group string) (untrack func()) {
 	}
 }
 
+// external reads CensusConfig.LocalCounts (nil when unset). Call it without
+// c.mu held.
+func (c *Census) external() map[string]int {
+	if c.cfg.LocalCounts == nil {
+		return nil
+	}
+	return c.cfg.LocalCounts()
+}
+
+// localLocked returns a new map of this node's non-zero counts: the tracked
+// ones plus ext. c.mu must be held.
+func (c *Census) localLocked(ext map[string]int) map[string]int {
+	out := make(map[string]int, len(c.local)+len(ext))
+	maps.Copy(out, c.local)
+	for g, n := range ext {
+		if n > 0 {
+			out[g] += n
+		}
+	}
+	return out
+}
+
 // Local returns the number of members of group on this node.
 func (c *Census) Local(group string) int {
+	return c.LocalCounts()[group]
+}
+
+// LocalCounts returns this node's count of every group with members here.
+func (c *Census) LocalCounts() map[string]int {
+	ext := c.external()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.local[group]
+	return c.localLocked(ext)
 }
 
 // Count returns the cluster-wide number of members of group: the local
 // count plus the latest count from every registered peer.
 func (c *Census) Count(group string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.local[group]
-	for _, p := range c.peers {
-		n += p.counts[group]
-	}
-	return n
+	return c.Counts()[group]
 }
 
-// Counts returns the cluster-wide count of every group with members.
+// Counts returns the cluster-wide count of every group with members: this
+// node's counts, read now, plus the latest counts broadcast by every
+// registered peer (at most one BroadcastInterval old).
 func (c *Census) Counts() map[string]int {
+	ext := c.external()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := maps.Clone(c.local)
-	if out == nil {
-		out = make(map[string]int)
-	}
+	out := c.localLocked(ext)
 	for _, p := range c.peers {
 		for g, n := range p.counts {
 			if n > 0 {

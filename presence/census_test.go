@@ -3,6 +3,7 @@ package presence_test
 import (
 	"context"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +41,14 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) start(name string, inc uint64) *presence.Census {
 	f.t.Helper()
+	return f.startWith(name, inc, nil)
+}
+
+// startWith starts a Census whose CensusConfig.LocalCounts is local.
+func (f *fixture) startWith(name string, inc uint64, local func() map[string]int) *presence.Census {
+	f.t.Helper()
 	c := presence.NewCensus(presence.CensusConfig{
+		LocalCounts:       local,
 		Transport:         f.net.Transport(name),
 		Incarnation:       inc,
 		BroadcastInterval: time.Hour,
@@ -117,6 +125,44 @@ func TestCensusAggregatesRegisteredPeers(t *testing.T) {
 	}
 }
 
+// TestCensusLocalCountsSource: counts reported by CensusConfig.LocalCounts
+// are added to the tracked ones, read fresh on this node, and reach peers
+// with the next broadcast.
+func TestCensusLocalCountsSource(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	src := map[string]int{"g1": 2, "empty": 0}
+	a := f.startWith("a", 1, func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(src)
+	})
+	b := f.start("b", 1)
+	f.quiesce()
+	a.Inc("g1")
+	b.Inc("g2")
+	if got := a.LocalCounts(); !maps.Equal(got, map[string]int{"g1": 3}) {
+		t.Fatalf("a LocalCounts() = %v, want g1:3 (zero counts left out)", got)
+	}
+	f.syncAll()
+	want := map[string]int{"g1": 3, "g2": 1}
+	wantCounts(t, a, "a", want)
+	wantCounts(t, b, "b", want)
+
+	mu.Lock()
+	src["g1"] = 5
+	mu.Unlock()
+	// The source is read at once here, and by peers after the next broadcast.
+	if got := a.Count("g1"); got != 6 {
+		t.Fatalf("a Count(g1) = %d, want 6", got)
+	}
+	if got := b.Count("g1"); got != 3 {
+		t.Fatalf("b Count(g1) before the broadcast = %d, want 3", got)
+	}
+	f.syncAll()
+	wantCounts(t, b, "b", map[string]int{"g1": 6, "g2": 1})
+}
+
 func TestCensusTrack(t *testing.T) {
 	f := newFixture(t)
 	a := f.start("a", 1)
@@ -187,9 +233,9 @@ func TestCensusSilentPeerTimesOut(t *testing.T) {
 	}
 }
 
-// TestCensusLateCountsAfterDepartureAreIgnored is Forum #2038: a peer's
-// counts that reach a node after it has processed the peer's departure must
-// not come back as ghost counts.
+// TestCensusLateCountsAfterDepartureAreIgnored (docs/MUSTER.md "History",
+// correction 7): a peer's counts that reach a node after it has processed
+// the peer's departure must not come back as ghost counts.
 func TestCensusLateCountsAfterDepartureAreIgnored(t *testing.T) {
 	f := newFixture(t)
 	a, b := f.start("a", 1), f.start("b", 1)

@@ -2,9 +2,9 @@
 //
 // Census gives eventually consistent, cluster-wide member counts per group
 // at a wire cost that does not grow with joins and leaves: each node keeps
-// its own counts and broadcasts them to its peers on an interval (Forum's
-// Census, seed 002 "Forum.Census: distributed counts"), and accepts counts
-// only from peers it has registered through its own discovery (Forum #2038).
+// its own counts and broadcasts them to its peers on an interval, and accepts
+// counts only from peers it has registered through its own discovery
+// (docs/MUSTER.md, "Census: counts" and correction 7 of "History").
 //
 // Tracker is a node-local, Phoenix-compatible presence: it produces the
 // presence_state payload and presence_diff payloads described in

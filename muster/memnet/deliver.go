@@ -54,35 +54,18 @@ type traceEmitter = *trace.Tracer
 
 // events collects trace points while Network.mu is held, to be emitted after
 // it is released (a parked Emit must never hold the lock).
-type events []event
-
-type event struct {
-	kind string
-	kv   []any
-}
-
-func (e *events) add(tr *trace.Tracer, kind string, kv ...any) {
-	if tr != nil {
-		*e = append(*e, event{kind, kv})
-	}
-}
-
-func (e events) emit(tr *trace.Tracer) {
-	for _, ev := range e {
-		tr.Emit(ev.kind, ev.kv...)
-	}
-}
+type events = trace.Pending
 
 // countLocked records env as sent.
 func (n *Network) countLocked(evs *events, env envelope) {
 	n.sent[link{env.from, env.to}]++
 	n.total++
-	evs.add(n.tracer, "memnet.send", "from", env.from, "to", env.to, "kind", env.kind.String(), "size", len(env.data))
+	evs.Add(n.tracer, "memnet.send", "from", env.from, "to", env.to, "kind", env.kind.String(), "size", len(env.data))
 }
 
 func (n *Network) dropLocked(evs *events, env envelope, reason string) {
 	n.dropped++
-	evs.add(n.tracer, "memnet.drop", "from", env.from, "to", env.to, "kind", env.kind.String(), "reason", reason)
+	evs.Add(n.tracer, "memnet.drop", "from", env.from, "to", env.to, "kind", env.kind.String(), "reason", reason)
 }
 
 // sendLocked counts and routes a Send or Broadcast copy.
@@ -205,7 +188,7 @@ func (n *Network) afterLocked(d time.Duration, f func(evs *events)) *time.Timer 
 		n.notifyLocked()
 		tr := n.tracer
 		n.mu.Unlock()
-		evs.emit(tr)
+		evs.Emit(tr)
 	})
 	n.allTimer[tm] = struct{}{}
 	return tm

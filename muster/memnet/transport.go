@@ -95,7 +95,7 @@ func (t *Transport) Broadcast(ctx context.Context, msg []byte) error {
 	}
 	tr := n.tracer
 	n.mu.Unlock()
-	evs.emit(tr)
+	evs.Emit(tr)
 	return nil
 }
 
@@ -115,7 +115,7 @@ func (t *Transport) Send(ctx context.Context, to string, msg []byte) error {
 	n.sendLocked(&evs, envelope{from: t.name, to: to, kind: kindMsg, data: slices.Clone(msg)})
 	tr := n.tracer
 	n.mu.Unlock()
-	evs.emit(tr)
+	evs.Emit(tr)
 	return nil
 }
 
@@ -153,13 +153,13 @@ func (t *Transport) Call(ctx context.Context, to string, req []byte) ([]byte, er
 		n.dropLocked(&evs, env, reason)
 		tr := n.tracer
 		n.mu.Unlock()
-		evs.emit(tr)
+		evs.Emit(tr)
 		return nil, fmt.Errorf("memnet: call %q to %q: %w", t.name, to, muster.ErrNoResponders)
 	}
 	n.routeLocked(&evs, env)
 	tr := n.tracer
 	n.mu.Unlock()
-	evs.emit(tr)
+	evs.Emit(tr)
 
 	select {
 	case r := <-reply:
@@ -263,5 +263,5 @@ func (t *Transport) serveCall(h muster.Handler, tr traceEmitter, env envelope) {
 	n.notifyLocked()
 	tr2 := n.tracer
 	n.mu.Unlock()
-	evs.emit(tr2)
+	evs.Emit(tr2)
 }

@@ -1,5 +1,5 @@
-// The ops page: polls GET /admin/node, /admin/sessions and /admin/muster with the admin
-// token (Authorization: Bearer …) and offers POST /admin/drain.
+// The ops page: polls GET /admin/node, /admin/sessions, /admin/viewers and /admin/muster
+// with the admin token (Authorization: Bearer …) and offers POST /admin/drain.
 import "../static/style.css";
 import { byId, bearer, fetchJSON, h } from "./lib/dom.js";
 
@@ -16,6 +16,8 @@ const ui = {
   notice: byId("notice"),
   sessions: byId("sessions"),
   sessionCount: byId("session-count"),
+  viewers: byId("viewers"),
+  viewerCount: byId("viewer-count"),
   muster: byId("muster"),
 };
 
@@ -75,20 +77,48 @@ function renderSessions(body) {
   );
 }
 
+/**
+ * Renders GET /admin/viewers: sockets joined per session topic on this node and
+ * across the cluster ({"local":{topic:n},"cluster":{topic:n},"peers":[…]}).
+ */
+function renderViewers(body) {
+  const local = (body && body.local) || {};
+  const cluster = (body && body.cluster) || {};
+  const peers = (body && body.peers) || [];
+  const topics = Object.keys(cluster).sort((a, b) => cluster[b] - cluster[a] || a.localeCompare(b));
+  const total = topics.reduce((sum, t) => sum + cluster[t], 0);
+  ui.viewerCount.textContent = `(${total} on ${peers.length + 1} node${peers.length ? "s" : ""})`;
+  if (topics.length === 0) {
+    ui.viewers.replaceChildren(h("tbody", {}, h("tr", {}, h("td", { class: "muted", text: "no viewers" }))));
+    return;
+  }
+  ui.viewers.replaceChildren(
+    h("thead", {}, h("tr", {}, h("th", { text: "topic" }), h("th", { text: "this node" }), h("th", { text: "cluster" }))),
+    h(
+      "tbody",
+      {},
+      ...topics.map((t) =>
+        h("tr", {}, h("td", { class: "mono", text: t }), h("td", { text: String(local[t] || 0) }), h("td", { text: String(cluster[t]) })),
+      ),
+    ),
+  );
+}
+
 async function poll() {
   const token = ui.token.value.trim();
   if (!token || polling) return;
   polling = true;
   try {
-    const [node, sessions, muster] = await Promise.all(
-      ["/admin/node", "/admin/sessions", "/admin/muster"].map((u) => fetchJSON(u, bearer(token))),
+    const [node, sessions, viewers, muster] = await Promise.all(
+      ["/admin/node", "/admin/sessions", "/admin/viewers", "/admin/muster"].map((u) => fetchJSON(u, bearer(token))),
     );
-    const failed = [node, sessions, muster].find((r) => !r.ok);
+    const failed = [node, sessions, viewers, muster].find((r) => !r.ok);
     ui.status.textContent = failed
       ? `Last poll ${new Date().toLocaleTimeString()}: ${errorText(failed)}`
       : `Last poll ${new Date().toLocaleTimeString()}`;
     if (node.ok) renderNode(node.body);
     if (sessions.ok) renderSessions(sessions.body);
+    if (viewers.ok) renderViewers(viewers.body);
     if (muster.ok) ui.muster.textContent = JSON.stringify(muster.body, null, 2);
   } finally {
     polling = false;
