@@ -117,3 +117,29 @@ func TestStorableOutput(t *testing.T) {
 		t.Fatalf("emit errors %v", inner.errs)
 	}
 }
+
+// BenchmarkValidateInput: the contract check of a 60 KB message body (one
+// long text) and of a 4 KB structured one (nested objects, numbers, escapes).
+func BenchmarkValidateInput(b *testing.B) {
+	text, _ := json.Marshal(map[string]string{"text": strings.Repeat("word ", 12_000)})
+	var sb strings.Builder
+	sb.WriteString(`{"items":[`)
+	for i := 0; i < 60; i++ {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(`{"id":12345,"score":-0.125e3,"tags":["a","b\n\u00e9\ud83d\ude00"],"ok":true}`)
+	}
+	sb.WriteString(`]}`)
+	for name, data := range map[string][]byte{"text-60KB": text, "structured-4KB": []byte(sb.String())} {
+		in := Input{Type: "message", Data: data}
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				if err := ValidateInput(in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
