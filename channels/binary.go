@@ -1,5 +1,7 @@
 package channels
 
+import "unicode/utf8"
+
 // Binary frames (V2 only). Every length is one unsigned byte, so join_ref,
 // ref, topic and event/status are at most 255 bytes each. The headers are
 // asymmetric (docs/PHOENIX.md §2.2; v2_json_serializer.ex,
@@ -35,6 +37,16 @@ func decodeBinary(b []byte) (Message, error) {
 	jl, rl, tl, el := int(b[1]), int(b[2]), int(b[3]), int(b[4])
 	if len(b) < header+jl+rl+tl+el {
 		return m, errMalformed("binary frame fields overrun the frame")
+	}
+	// The header fields are strings the server echoes (in text replies too);
+	// each must be valid UTF-8 on its own (two invalid halves can form a
+	// valid rune across a field boundary).
+	for p, n := header, 0; n < 4; n++ {
+		l := int(b[1+n])
+		if !utf8.Valid(b[p : p+l]) {
+			return m, errMalformed("binary frame header field %d is not valid UTF-8", n)
+		}
+		p += l
 	}
 	p := header
 	m.JoinRef = binaryRef(b[p : p+jl])

@@ -30,6 +30,7 @@ type Channel struct {
 	mu          sync.Mutex
 	state       chanState
 	held        []heldFrame             // frames that arrived while joining
+	replay      *replayJob              // the join's replay, while the writer has it
 	skip        func(b *Broadcast) bool // JoinResult.Skip, kept for later broadcasts
 	closeOnJoin bool                    // Close was called while joining
 }
@@ -161,13 +162,15 @@ func (ch *Channel) deliver(f Frame, b *Broadcast) bool {
 
 // joined writes the join reply, res.Then and the held frames, in that
 // order, and opens the channel to live frames. It reports whether Close was
-// called during the join.
+// called during the join. res.Then is a replay: it takes one entry of the
+// socket's queue and the writer paces it out (Socket.enqueueReplay), so a
+// replay larger than QueueSize or QueueBytes reaches a client that reads.
 func (ch *Channel) joined(reply Frame, then []Frame, skip func(*Broadcast) bool) (closeNow bool) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	ch.sock.enqueue(reply)
-	for _, f := range then {
-		ch.sock.enqueue(f)
+	if len(then) > 0 {
+		ch.replay = ch.sock.enqueueReplay(then)
 	}
 	for _, h := range ch.held {
 		if h.b != nil && skip != nil && skip(h.b) {
@@ -194,6 +197,10 @@ func (ch *Channel) end(reason CloseReason, notify string) {
 	}
 	ch.state = stateClosed
 	ch.held = nil
+	if ch.replay != nil {
+		ch.replay.drop() // the rest of the replay is for a join that ended
+		ch.replay = nil
+	}
 	if notify != "" {
 		var p Payload
 		if notify == eventError {

@@ -68,7 +68,8 @@ const (
 	// CloseUnsupportedData (1003, "binary frame on V1"): a binary frame on a
 	// V1 (JSON object) socket.
 	CloseUnsupportedData CloseCode = 1003
-	// CloseMalformed (1007, "malformed frame"): a frame that does not decode.
+	// CloseMalformed (1007, "malformed frame"): a frame that does not decode,
+	// or a text frame (or binary header field) that is not valid UTF-8.
 	// Phoenix crashes the connection process here; we close it cleanly. The
 	// frame is counted in Stats.BadFrames.
 	CloseMalformed CloseCode = 1007

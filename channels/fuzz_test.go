@@ -18,8 +18,8 @@ var v2TextSeeds = []string{
 	`["1","1","t","e",{"a":`,
 }
 
-// FuzzDecodeV2Text: the decoder never panics; what it accepts is valid JSON
-// whose elements agree with encoding/json, re-encodes to a frame that decodes
+// FuzzDecodeV2Text: the decoder never panics; what it accepts is valid UTF-8
+// and valid JSON whose elements agree with encoding/json, re-encodes to a frame that decodes
 // the same, and cannot be extended into another valid frame except by
 // whitespace (each input is also decoded in two halves).
 func FuzzDecodeV2Text(f *testing.F) {
@@ -63,8 +63,8 @@ func checkV2Agrees(t *testing.T, data []byte, m Message) {
 	if !bytes.Equal(bytes.TrimSpace(arr[4]), m.Payload) {
 		t.Fatalf("payload %q, encoding/json says %q", m.Payload, arr[4])
 	}
-	if !utf8.ValidString(m.Topic) || !utf8.ValidString(m.Event) {
-		return // re-encoding replaces invalid UTF-8
+	if !utf8.Valid(data) {
+		t.Fatalf("accepted a text frame that is not UTF-8: %q", data)
 	}
 	f, err := V2.EncodePush(m.JoinRef, m.Ref, m.Topic, m.Event, JSONPayload(m.Payload))
 	if err != nil {
@@ -79,8 +79,8 @@ func checkV2Agrees(t *testing.T, data []byte, m Message) {
 	}
 }
 
-// FuzzDecodeV2Binary: never panics; an accepted frame re-encodes to the same
-// bytes (when each header field is UTF-8); a decodable first half agrees with the
+// FuzzDecodeV2Binary: never panics; an accepted frame has valid UTF-8 header
+// fields and re-encodes to the same bytes; a decodable first half agrees with the
 // whole frame on every header field.
 func FuzzDecodeV2Binary(f *testing.F) {
 	f.Add([]byte("\x00\x02\x01\x03\x02" + "10" + "1" + "top" + "ev" + "\x01"))
@@ -98,13 +98,12 @@ func FuzzDecodeV2Binary(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Fields are strings: invalid UTF-8 in any of them becomes U+FFFD,
-		// so only all-valid fields must round-trip byte for byte. Check each
-		// field on its own: two invalid halves can form a valid rune.
+		// Every accepted header field is valid UTF-8 on its own (two invalid
+		// halves can form a valid rune), so it round-trips byte for byte.
 		off := 5
 		for _, n := range data[1:5] {
 			if !utf8.Valid(data[off : off+int(n)]) {
-				return
+				t.Fatalf("accepted %q with a header field that is not UTF-8", data)
 			}
 			off += int(n)
 		}
@@ -118,7 +117,7 @@ func FuzzDecodeV2Binary(f *testing.F) {
 	})
 }
 
-// FuzzDecodeV1: never panics; what it accepts is a valid JSON object whose
+// FuzzDecodeV1: never panics; what it accepts is valid UTF-8 and a valid JSON object whose
 // fields agree with encoding/json; a decodable first half means the rest is
 // whitespace; accepted frames survive an encode/decode round trip.
 func FuzzDecodeV1(f *testing.F) {
@@ -148,8 +147,8 @@ func FuzzDecodeV1(f *testing.F) {
 			if err := json.Unmarshal(half, &obj); err != nil {
 				t.Fatalf("accepted %q, encoding/json: %v", half, err)
 			}
-			if !utf8.ValidString(m.Topic) || !utf8.ValidString(m.Event) {
-				continue
+			if !utf8.Valid(half) {
+				t.Fatalf("accepted a text frame that is not UTF-8: %q", half)
 			}
 			f, err := V1.EncodePush(Ref{}, m.Ref, m.Topic, m.Event, JSONPayload(m.Payload))
 			if err != nil {

@@ -6,6 +6,10 @@ import "encoding/json"
 type Frame struct {
 	Data   []byte
 	Binary bool
+
+	// replay marks the queue entry of a join's replay (Data is nil); the
+	// writer writes the replay's frames there (see Socket.enqueueReplay).
+	replay *replayJob
 }
 
 // Message is a decoded inbound frame. Refs are opaque and kept as sent.

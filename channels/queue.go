@@ -2,6 +2,7 @@ package channels
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,9 +33,79 @@ func (s *Socket) enqueue(f Frame) bool {
 	}
 	s.queue = append(s.queue, f)
 	s.queueBytes += len(f.Data)
+	if f.replay != nil {
+		s.replayMarks++
+	}
 	s.startWriterLocked()
 	s.outMu.Unlock()
 	return true
+}
+
+// replayJob is a join's replay (JoinResult.Then) waiting in, or being
+// written from, a socket's queue. Only the writer touches frames.
+type replayJob struct {
+	frames  []Frame
+	dropped atomic.Bool // the channel ended: what is left is not written
+}
+
+// drop stops the writer from writing what is left of the replay.
+func (j *replayJob) drop() { j.dropped.Store(true) }
+
+// Replay chunks: the writer writes at most this many frames or bytes of a
+// replay at once (at least one frame), so each write fits the transport's
+// write timeout for any reader that keeps up.
+const (
+	replayChunkFrames = 64
+	replayChunkBytes  = 256 << 10
+)
+
+// next takes the replay's next chunk; last reports that nothing follows it.
+func (j *replayJob) next() (chunk []Frame, last bool) {
+	if j.dropped.Load() {
+		return nil, true
+	}
+	n, size := 0, 0
+	for n < len(j.frames) && n < replayChunkFrames && (n == 0 || size+len(j.frames[n].Data) <= replayChunkBytes) {
+		size += len(j.frames[n].Data)
+		n++
+	}
+	chunk, j.frames = j.frames[:n:n], j.frames[n:]
+	if len(j.frames) == 0 {
+		j.frames = nil
+		return chunk, true
+	}
+	return chunk, false
+}
+
+// enqueueReplay queues frames as one entry: the writer writes them, in
+// chunks, when it reaches that entry, before anything queued after it. So
+// the socket's frame order is the enqueue order, but a replay counts as one
+// frame of no bytes against QueueSize and QueueBytes, and a reader that keeps
+// up gets all of it: the replay is paced by the transport, not refused by
+// the queue. Frames queued behind it do count, so a reader that stops
+// mid-replay is still cut once they overflow. It returns nil when the socket
+// is closing (or overflowing).
+func (s *Socket) enqueueReplay(frames []Frame) *replayJob {
+	j := &replayJob{frames: frames}
+	if !s.enqueue(Frame{replay: j}) {
+		s.ep.stats.queueDrops.Add(uint64(len(frames)))
+		return nil
+	}
+	return j
+}
+
+// queuedLocked counts the frames queued or left in replays.
+func (s *Socket) queuedLocked() int {
+	n := len(s.queue) - s.replayMarks
+	for _, f := range s.queue {
+		if f.replay != nil {
+			n += len(f.replay.frames)
+		}
+	}
+	if s.replaying != nil {
+		n += len(s.replaying.frames)
+	}
+	return n
 }
 
 // closeWith requests a close with code; queued frames are dropped and the
@@ -45,7 +116,7 @@ func (s *Socket) closeWith(code CloseCode, reason string) {
 		s.outMu.Unlock()
 		return
 	}
-	dropped := len(s.queue)
+	dropped := s.queuedLocked()
 	s.requestCloseLocked(code, reason)
 	s.outMu.Unlock()
 	if dropped > 0 {
@@ -59,6 +130,7 @@ func (s *Socket) requestCloseLocked(code CloseCode, reason string) {
 	s.closeCode, s.closeReason = code, reason
 	clear(s.queue)
 	s.queue, s.queueBytes = nil, 0
+	s.replayMarks, s.replaying = 0, nil
 	s.cancel()
 	s.startWriterLocked()
 }
@@ -87,9 +159,9 @@ func (s *Socket) takeSpare() []Frame {
 // maxIdleQueueCap bounds the queue capacity kept by an idle socket.
 const maxIdleQueueCap = 16
 
-// writeLoop drains the queue in batches (everything queued at the time)
-// until it is empty, then exits; it performs the close when one was
-// requested.
+// writeLoop drains the queue in batches (everything queued at the time, up
+// to a replay entry; a replay is written in chunks) until it is empty, then
+// exits; it performs the close when one was requested.
 func (s *Socket) writeLoop() {
 	defer s.writers.Done()
 	if d := s.ep.cfg.WriteDelay; d > 0 {
@@ -110,6 +182,18 @@ func (s *Socket) writeLoop() {
 			_ = s.t.Close(code, reason)
 			continue
 		}
+		if j := s.replaying; j != nil {
+			chunk, last := j.next()
+			if last {
+				s.replaying = nil
+			}
+			s.outMu.Unlock()
+			if len(chunk) > 0 {
+				s.writeBatch(chunk)
+				clear(chunk)
+			}
+			continue
+		}
 		if len(s.queue) == 0 {
 			s.writing = false
 			if cap(s.queue) > maxIdleQueueCap {
@@ -121,18 +205,52 @@ func (s *Socket) writeLoop() {
 			s.outMu.Unlock()
 			return
 		}
-		batch, s.queue = s.queue, batch[:0]
-		s.queueBytes = 0
-		s.outMu.Unlock()
-
-		// Not s.ctx: a close request must not abort the write in flight
-		// (the close frame follows it). Transports bound writes themselves.
-		err := s.t.Write(context.Background(), batch)
-		s.ep.stats.framesOut.Add(uint64(len(batch)))
-		clear(batch)
-		if err != nil {
-			s.ep.cfg.Tracer.Emit("socket.write_error", "socket", s.id, "err", err.Error())
-			s.closeWith(CloseGoingAway, "write failed")
+		n := len(s.queue) // the frames before the first replay entry
+		if s.replayMarks > 0 {
+			for i, f := range s.queue {
+				if f.replay != nil {
+					n = i
+					break
+				}
+			}
 		}
+		switch {
+		case n == 0: // a replay is next
+			s.replaying = s.queue[0].replay
+			s.replayMarks--
+			s.queue[0] = Frame{}
+			s.queue = s.queue[1:]
+			s.outMu.Unlock()
+			continue
+		case n == len(s.queue):
+			batch, s.queue = s.queue, batch[:0]
+			s.queueBytes = 0
+		default:
+			batch = append(batch[:0], s.queue[:n]...)
+			for _, f := range batch {
+				s.queueBytes -= len(f.Data)
+			}
+			rest := copy(s.queue, s.queue[n:])
+			clear(s.queue[rest:])
+			s.queue = s.queue[:rest]
+		}
+		s.outMu.Unlock()
+		s.writeBatch(batch)
+		clear(batch)
 	}
+}
+
+// writeBatch writes frames to the transport; a failed write closes the
+// socket (1001) and returns false.
+func (s *Socket) writeBatch(frames []Frame) bool {
+	// Not s.ctx: a close request must not abort the write in flight
+	// (the close frame follows it). Transports bound writes themselves.
+	err := s.t.Write(context.Background(), frames)
+	s.ep.stats.framesOut.Add(uint64(len(frames)))
+	if err != nil {
+		s.ep.cfg.Tracer.Emit("socket.write_error", "socket", s.id, "err", err.Error())
+		s.closeWith(CloseGoingAway, "write failed")
+		return false
+	}
+	return true
 }

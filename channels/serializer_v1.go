@@ -3,6 +3,7 @@ package channels
 import (
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 )
 
 // v1Serializer is Phoenix's V1 JSON serializer, used when vsn is missing or
@@ -23,9 +24,13 @@ func (v1Serializer) Decode(f Frame) (Message, error) {
 }
 
 // decodeV1 decodes one V1 object. Keys match exactly; unknown keys are
-// ignored; a repeated key keeps its last value.
+// ignored; a repeated key keeps its last value. The frame must be valid
+// UTF-8 (see checkText).
 func decodeV1(b []byte) (Message, error) {
 	var m Message
+	if err := checkText(b); err != nil {
+		return m, err
+	}
 	s := scanner{b: b}
 	if err := s.expect('{'); err != nil {
 		return m, err
@@ -135,4 +140,16 @@ func appendV1(dst []byte, ref Ref, topic, event string, reply bool, status strin
 	dst = append(dst, `,"ref":`...)
 	dst = ref.appendJSON(dst)
 	return append(dst, '}')
+}
+
+// checkText refuses a text frame that is not valid UTF-8. RFC 6455 §8.1
+// makes a peer fail the connection on one, and the refs and topic of an
+// inbound frame are echoed verbatim in the reply: a ref with invalid UTF-8
+// came back inside a text frame the client's WebSocket library rejects.
+// The socket closes with 1007 (CloseMalformed).
+func checkText(b []byte) error {
+	if !utf8.Valid(b) {
+		return errMalformed("text frame is not valid UTF-8")
+	}
+	return nil
 }

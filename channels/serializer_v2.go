@@ -22,9 +22,12 @@ func (v2Serializer) Decode(f Frame) (Message, error) {
 
 // decodeV2Text decodes [join_ref, ref, topic, event, payload, ...]. Extra
 // trailing elements are ignored as Phoenix does; the payload may be any JSON
-// value.
+// value. The frame must be valid UTF-8 (see checkText).
 func decodeV2Text(b []byte) (Message, error) {
 	var m Message
+	if err := checkText(b); err != nil {
+		return m, err
+	}
 	s := scanner{b: b}
 	if err := s.expect('['); err != nil {
 		return m, err

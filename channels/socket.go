@@ -11,7 +11,9 @@ import (
 // Socket is one client connection. Inbound frames are handled one at a time,
 // in arrival order, on the reading goroutine (Receive); outbound frames go
 // through a bounded queue drained by a single writer goroutine that exists
-// only while there is something to write.
+// only while there is something to write. A join's replay takes one entry of
+// the queue, whatever its size: the writer paces it out in chunks at that
+// place (see Socket.enqueueReplay).
 //
 // Lock order: Socket.chMu → Channel locks (see Hub) → Socket.outMu.
 type Socket struct {
@@ -29,8 +31,10 @@ type Socket struct {
 	channels map[string]*Channel // joined channels by topic; guarded by chMu
 
 	outMu       sync.Mutex
-	queue       []Frame // guarded by outMu
-	spare       []Frame // the writer's batch buffer between runs (small only)
+	queue       []Frame    // guarded by outMu
+	replayMarks int        // replay entries in queue; guarded by outMu
+	replaying   *replayJob // the replay the writer is writing; guarded by outMu
+	spare       []Frame    // the writer's batch buffer between runs (small only)
 	queueBytes  int
 	writing     bool // a writer goroutine runs
 	closing     bool // no more frames are accepted

@@ -308,3 +308,58 @@ func TestPushAfterCloseFails(t *testing.T) {
 		t.Fatalf("terminations %v", got)
 	}
 }
+
+// A frame whose join_ref, ref, topic or event is not valid UTF-8 closes the
+// socket with 1007 before anything is echoed: the refs of a reply are the
+// client's bytes, and a text frame carrying invalid UTF-8 is one the
+// client's WebSocket library rejects (RFC 6455 §8.1). V1, V2 text and V2
+// binary frames alike.
+func TestInvalidUTF8InAFieldClosesWith1007(t *testing.T) {
+	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
+	bad := "a\xffb"
+	cases := []struct {
+		name  string
+		query string
+		send  func(c *client)
+	}{
+		{"v2 join_ref", "?vsn=2.0.0", func(c *client) { c.send(`["` + bad + `","1","room:lobby","phx_join",{}]`) }},
+		{"v2 ref", "?vsn=2.0.0", func(c *client) { c.send(`[null,"` + bad + `","phoenix","heartbeat",{}]`) }},
+		{"v2 topic", "?vsn=2.0.0", func(c *client) { c.send(`["1","1","room:` + bad + `","phx_join",{}]`) }},
+		{"v2 event", "?vsn=2.0.0", func(c *client) { c.send(`["1","1","room:lobby","` + bad + `",{}]`) }},
+		{"v2 payload", "?vsn=2.0.0", func(c *client) { c.send(`["1","1","room:lobby","phx_join",{"k":"` + bad + `"}]`) }},
+		{"v1 ref", "", func(c *client) { c.send(`{"topic":"phoenix","event":"heartbeat","payload":{},"ref":"` + bad + `"}`) }},
+		{"v1 join_ref", "", func(c *client) {
+			c.send(`{"topic":"room:lobby","event":"phx_join","payload":{},"ref":"1","join_ref":"` + bad + `"}`)
+		}},
+		{"v1 topic", "", func(c *client) { c.send(`{"topic":"` + bad + `","event":"phx_join","payload":{},"ref":"1"}`) }},
+		{"v1 event", "", func(c *client) { c.send(`{"topic":"phoenix","event":"` + bad + `","payload":{},"ref":"1"}`) }},
+		{"binary ref", "?vsn=2.0.0", func(c *client) {
+			f, err := encodeBinaryClientPush(StringRef("1"), Ref{raw: `"x"`}, "room:lobby", "ev", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Data[6] = 0xff // the ref's one byte
+			c.sendBinary(f.Data)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ts.dial(t, tc.query)
+			c.t = t
+			tc.send(c)
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			_, b, err := c.conn.Read(ctx)
+			if err == nil {
+				t.Fatalf("got a frame %q, want the close", b)
+			}
+			if code := websocket.CloseStatus(err); code != websocket.StatusCode(CloseMalformed) {
+				t.Fatalf("close %d (%v), want 1007", code, err)
+			}
+		})
+	}
+	waitTrace(t, ts.tr, func(e trace.Event) bool { return e.Kind == "socket.end" && ts.ep.Stats().SocketsOpen == 0 })
+	if st := ts.ep.Stats(); st.BadFrames != uint64(len(cases)) {
+		t.Fatalf("bad frames %d, want %d", st.BadFrames, len(cases))
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -27,12 +26,11 @@ type acceptedBody struct {
 // DecodeInput parses an event body: {"type":…, "data":{…}, "idempotency_key":…}.
 // type defaults to "message"; data must be a JSON object when present. It is
 // the one parser of outside event input (HTTP bodies and channel pushes).
-// Errors are *apiError values with code invalid_body.
-//
-// The body must be valid UTF-8 and no string in it may hold U+0000: the
-// input is relayed verbatim in WebSocket text frames (which a browser closes
-// on invalid UTF-8) and kept in the Postgres checkpoint (jsonb refuses
-// \u0000), so either would break every observer or the session itself.
+// Errors are *apiError values: 400 invalid_body for a body that is not that
+// shape (or not valid UTF-8: the input is relayed verbatim in WebSocket text
+// frames), 422 invalid_input for one the input contract refuses
+// (session.ValidateInput: nesting depth, unpaired surrogates, numbers out of
+// range, U+0000), which no store could keep.
 func DecodeInput(body []byte) (session.Input, error) {
 	var in session.Input
 	if !utf8.Valid(body) {
@@ -58,13 +56,13 @@ func DecodeInput(body []byte) (session.Input, error) {
 	if len(in.IdempotencyKey) > 256 {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "idempotency_key must be at most 256 characters")
 	}
-	if strings.ContainsRune(in.Type, 0) || strings.ContainsRune(in.IdempotencyKey, 0) || hasNULEscape(in.Data) {
-		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "strings must not contain U+0000")
-	}
 	if t := bytes.TrimSpace(in.Data); len(t) == 0 || bytes.Equal(t, []byte("null")) {
 		in.Data = json.RawMessage(`{}`)
 	} else if t[0] != '{' {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "data must be a JSON object")
+	}
+	if err := session.ValidateInput(in); err != nil {
+		return in, errorf(http.StatusUnprocessableEntity, CodeInvalidInput, err.Error())
 	}
 	return in, nil
 }
@@ -82,24 +80,6 @@ func (n *Node) sessionParam(w http.ResponseWriter, r *http.Request) (string, boo
 		return "", false
 	}
 	return id, true
-}
-
-// hasNULEscape reports whether the valid JSON text b holds a string with a
-// \u0000 escape. Backslashes occur only inside strings, each starting an
-// escape, so a scan that skips every escape's second byte finds exactly the
-// escapes (a literal NUL byte is not valid JSON).
-func hasNULEscape(b []byte) bool {
-	for i := bytes.IndexByte(b, '\\'); i >= 0 && i+1 < len(b); {
-		if b[i+1] == 'u' && bytes.HasPrefix(b[i+2:], []byte("0000")) {
-			return true
-		}
-		j := bytes.IndexByte(b[i+2:], '\\')
-		if j < 0 {
-			return false
-		}
-		i += 2 + j
-	}
-	return false
 }
 
 // bodyReadTimeout bounds reading one event body; a slower body is refused

@@ -181,8 +181,8 @@ func FuzzDecodeInput(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in, err := DecodeInput(body)
 		if err != nil {
-			if ae, ok := err.(*apiError); !ok || ae.Code != CodeInvalidBody {
-				t.Fatalf("error %v is not an invalid_body apiError", err)
+			if ae, ok := err.(*apiError); !ok || (ae.Code != CodeInvalidBody && ae.Code != CodeInvalidInput) {
+				t.Fatalf("error %v is not an invalid_body or invalid_input apiError", err)
 			}
 			return
 		}

@@ -3,8 +3,10 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"github.com/relaygw/relay/muster"
+	"strings"
 	"time"
+
+	"github.com/relaygw/relay/muster"
 )
 
 // Config is the whole configuration of a gateway node. The struct tags feed
@@ -69,8 +71,22 @@ func DefaultConfig() Config {
 // deadline: 2 s, or a fifth of the TTL for short test TTLs.
 func (c Config) renewMargin() time.Duration { return min(2*time.Second, c.LeaseTTL/5) }
 
-// Validate reports a configuration that cannot work.
+// Validate reports a configuration that cannot work or cannot keep the
+// node's guarantees; the error names the settings and the fix. The valid
+// store combinations (README "Configuration"):
+//
+//   - embedded default: none of DATABASE_URL, REDIS_URL, NATS_URL;
+//   - durable single node: DATABASE_URL and/or REDIS_URL, no NATS_URL;
+//   - cluster: NATS_URL with both DATABASE_URL and REDIS_URL.
+//
+// A cluster without DATABASE_URL would decide ownership on each node's
+// in-memory leases, so every node would own every session (two owners, two
+// histories); one without REDIS_URL would replay a join from the serving
+// node's own in-memory log, which lacks the events other owners wrote.
 func (c Config) Validate() error {
+	if err := c.validateStores(); err != nil {
+		return err
+	}
 	switch {
 	case c.LeaseTTL <= 0 || c.LeaseRenew <= 0:
 		return errors.New("gateway: LEASE_TTL and LEASE_RENEW must be positive")
@@ -82,6 +98,27 @@ func (c Config) Validate() error {
 		return errors.New("gateway: MAX_FRAME_BYTES must be at least 1024 and MAX_BODY_BYTES at least 256")
 	case c.SocketQueue < 1 || c.ReplayMaxLen < 1:
 		return errors.New("gateway: SOCKET_QUEUE and REPLAY_MAX_LEN must be at least 1")
+	case int64(c.SocketQueue) < c.ReplayMaxLen:
+		return fmt.Errorf("gateway: SOCKET_QUEUE (%d) is below REPLAY_MAX_LEN (%d): a socket must be able to queue as many frames as a rejoin may replay; raise SOCKET_QUEUE or lower REPLAY_MAX_LEN", c.SocketQueue, c.ReplayMaxLen)
 	}
 	return nil
+}
+
+// validateStores refuses the store combinations that break single-writer
+// ownership or the replay seam (see Validate).
+func (c Config) validateStores() error {
+	if c.NATSURL == "" {
+		return nil
+	}
+	var missing []string
+	if c.DatabaseURL == "" {
+		missing = append(missing, "DATABASE_URL (without it each node decides ownership on its own in-memory leases, so two nodes can own one session)")
+	}
+	if c.RedisURL == "" {
+		missing = append(missing, "REDIS_URL (without it a join replays from the serving node's own in-memory log, which lacks other owners' events)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("gateway: NATS_URL (cluster mode) needs %s; set them, or unset NATS_URL to run a single node", strings.Join(missing, " and "))
 }

@@ -20,6 +20,7 @@ import (
 const (
 	CodeInvalidBody      = "invalid_body"       // 400: body is not the documented JSON shape
 	CodeInvalidSessionID = "invalid_session_id" // 400: id is not 1–128 chars of [A-Za-z0-9_.:-]
+	CodeInvalidInput     = "invalid_input"      // 422: the input contract refuses the event (session.ValidateInput)
 	CodeUnauthorized     = "unauthorized"       // 401: missing or invalid credentials
 	CodeForbidden        = "forbidden"          // 403: credentials do not allow this session or route
 	CodeNotFound         = "not_found"          // 404: no such session

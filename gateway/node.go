@@ -106,6 +106,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	if agent == nil {
 		agent = session.EchoAgent{Delay: cfg.EchoDelay}
 	}
+	agent = session.StorableOutput(agent) // what a turn emits can be checkpointed
 
 	n.hub = channels.NewHubWithConfig(channels.HubConfig{
 		OnFirstSubscriber: func(topic string) { n.pubsub.JoinTopic(topic) },
