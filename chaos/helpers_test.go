@@ -196,6 +196,25 @@ func readRow(t *testing.T, c *proctest.Cluster, id string) dbRow {
 	return r
 }
 
+// liveLeases counts the lease rows held by any process of node name
+// (owner "<name>/<incarnation>") that have not expired on the database
+// clock.
+func liveLeases(t *testing.T, c *proctest.Cluster, name string) int {
+	t.Helper()
+	ctx := timeout(t, 10*time.Second)
+	conn, err := pgx.Connect(ctx, c.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM agent_leases WHERE split_part(owner_node, '/', 1) = $1 AND expires_at > now()`, name).Scan(&n)
+	if err != nil {
+		t.Fatalf("live leases of %s: %v", name, err)
+	}
+	return n
+}
+
 // metric reads one unlabelled counter or gauge from p's /metrics.
 func metric(t *testing.T, p *proctest.Proc, name string) float64 {
 	t.Helper()
