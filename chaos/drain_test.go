@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 )
 
 // waitClosed reads s until the node closes it and returns the close code.
-func waitClosed(t *testing.T, s *proctest.Socket) websocket.StatusCode {
+func waitClosed(t *testing.T, s *phxtest.Socket) websocket.StatusCode {
 	t.Helper()
 	ctx := timeout(t, 15*time.Second)
 	for {
@@ -137,7 +138,7 @@ func TestAdminDrain(t *testing.T) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if s, err := proctest.DialSocket(dctx, a.URL(), c.Token()); err == nil {
+	if s, err := phxtest.DialNode(dctx, a.URL(), c.Token()); err == nil {
 		s.Close()
 		t.Error("a drained node accepted a new socket")
 	}

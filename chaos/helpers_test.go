@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
@@ -149,10 +150,10 @@ func words(prefix string, n int) string {
 
 // joinObserver opens a raw socket on p and joins session id from the start
 // of its log.
-func joinObserver(t *testing.T, c *proctest.Cluster, p *proctest.Proc, id string) *proctest.Socket {
+func joinObserver(t *testing.T, c *proctest.Cluster, p *proctest.Proc, id string) *phxtest.Socket {
 	t.Helper()
 	ctx := timeout(t, 15*time.Second)
-	s, err := proctest.DialSocket(ctx, p.URL(), c.Token())
+	s, err := phxtest.DialNode(ctx, p.URL(), c.Token())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/session"
 )
@@ -130,7 +131,7 @@ func TestKillOwnerMidTurn(t *testing.T) {
 	ctx := timeout(t, 20*time.Second)
 	seen := map[string]int{}
 	for len(seen) < n {
-		ev, err := obs.WaitEvent(ctx, func(ev proctest.SessionEvent) bool { return ev.Type == session.TypeUserEvent })
+		ev, err := obs.WaitEvent(ctx, func(ev phxtest.SessionEvent) bool { return ev.Type == session.TypeUserEvent })
 		if err != nil {
 			t.Fatalf("observer: %v (saw %v)", err, seen)
 		}
@@ -151,7 +152,7 @@ func TestKillOwnerMidTurn(t *testing.T) {
 
 // checkSocketEpochs fails when a socket saw an event of an epoch below
 // newEpoch after the first event of newEpoch, or one position twice.
-func checkSocketEpochs(t *testing.T, evs []proctest.SessionEvent, newEpoch int64) {
+func checkSocketEpochs(t *testing.T, evs []phxtest.SessionEvent, newEpoch int64) {
 	t.Helper()
 	pos := map[[2]int64]bool{}
 	moved := false
@@ -173,7 +174,7 @@ func checkSocketEpochs(t *testing.T, evs []proctest.SessionEvent, newEpoch int64
 }
 
 // userSocketCounts counts a socket's user_events by text.
-func userSocketCounts(evs []proctest.SessionEvent) map[string]int {
+func userSocketCounts(evs []phxtest.SessionEvent) map[string]int {
 	out := map[string]int{}
 	for _, ev := range evs {
 		if ev.Type == session.TypeUserEvent {
