@@ -39,7 +39,8 @@ lint:
 unit:
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 
-# Short runs of every fuzz target (go test runs one -fuzz target at a time).
+# Short runs of every fuzz target, one after the other; each package's test
+# binary is built once (scripts/fuzz.sh).
 fuzz:
 	@scripts/fuzz.sh $(FUZZTIME)
 

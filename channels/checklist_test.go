@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -21,10 +22,10 @@ func roomServer(t *testing.T, h *funcHandler, cfg EndpointConfig) *testServer {
 	return newTestServer(t, cfg, map[string]Handler{"room:*": h})
 }
 
-func joinLobby(c *client, joinRef string) {
-	c.t.Helper()
-	c.send(`["` + joinRef + `","` + joinRef + `","room:lobby","phx_join",{}]`)
-	c.expect(`["` + joinRef + `","` + joinRef + `","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+func joinLobby(c *phxtest.T, joinRef string) {
+	c.TB().Helper()
+	c.SendText(`["` + joinRef + `","` + joinRef + `","room:lobby","phx_join",{}]`)
+	c.Expect(`["` + joinRef + `","` + joinRef + `","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
 }
 
 func TestChecklist01UpgradeWithAllowedOrNoOrigin(t *testing.T) {
@@ -38,10 +39,10 @@ func TestChecklist01UpgradeWithAllowedOrNoOrigin(t *testing.T) {
 		if err != nil {
 			t.Fatalf("origin %q: %v", origin, err)
 		}
-		if c.resp.StatusCode != http.StatusSwitchingProtocols {
-			t.Fatalf("origin %q: status %d", origin, c.resp.StatusCode)
+		if c.Resp.StatusCode != http.StatusSwitchingProtocols {
+			t.Fatalf("origin %q: status %d", origin, c.Resp.StatusCode)
 		}
-		c.heartbeat("1")
+		c.Heartbeat("1")
 	}
 }
 
@@ -68,8 +69,8 @@ func TestChecklist03OriginNotAllowedIs403(t *testing.T) {
 		if err == nil {
 			t.Fatalf("origin %q: upgraded", origin)
 		}
-		if c.resp == nil || c.resp.StatusCode != http.StatusForbidden {
-			t.Fatalf("origin %q: want 403, got %v", origin, c.resp)
+		if c.Resp == nil || c.Resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("origin %q: want 403, got %v", origin, c.Resp)
 		}
 	}
 }
@@ -78,18 +79,18 @@ func TestChecklist04VersionNegotiation(t *testing.T) {
 	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
 	for _, q := range []string{"?vsn=3.0.0", "?vsn=garbage", "?vsn=2.x", "?vsn=0.9.0"} {
 		c, err := ts.tryDial(t, q, nil)
-		if err == nil || c.resp == nil || c.resp.StatusCode != http.StatusForbidden {
-			t.Fatalf("%s: want 403, got err=%v resp=%v", q, err, c.resp)
+		if err == nil || c.Resp == nil || c.Resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("%s: want 403, got err=%v resp=%v", q, err, c.Resp)
 		}
 	}
 	for _, q := range []string{"", "?vsn=1.0.0"} {
 		c := ts.dial(t, q)
-		c.send(`{"topic":"phoenix","event":"heartbeat","payload":{},"ref":"1"}`)
-		c.expect(`{"topic":"phoenix","event":"phx_reply","payload":{"status":"ok","response":{}},"ref":"1"}`)
-		c.send(`{"topic":"room:lobby","event":"phx_join","payload":{},"ref":"2","join_ref":"2"}`)
-		c.expect(`{"topic":"room:lobby","event":"phx_reply","payload":{"status":"ok","response":{}},"ref":"2"}`)
+		c.SendText(`{"topic":"phoenix","event":"heartbeat","payload":{},"ref":"1"}`)
+		c.Expect(`{"topic":"phoenix","event":"phx_reply","payload":{"status":"ok","response":{}},"ref":"1"}`)
+		c.SendText(`{"topic":"room:lobby","event":"phx_join","payload":{},"ref":"2","join_ref":"2"}`)
+		c.Expect(`{"topic":"room:lobby","event":"phx_reply","payload":{"status":"ok","response":{}},"ref":"2"}`)
 		ts.ep.Hub().Broadcast("room:lobby", "new_msg", json.RawMessage(`{"body":"hi"}`), nil)
-		c.expect(`{"topic":"room:lobby","event":"new_msg","payload":{"body":"hi"},"ref":null}`)
+		c.Expect(`{"topic":"room:lobby","event":"new_msg","payload":{"body":"hi"},"ref":null}`)
 	}
 }
 
@@ -103,10 +104,10 @@ func TestChecklist05ConnectRefusedIs403(t *testing.T) {
 		},
 	})
 	c, err := ts.tryDial(t, "?vsn=2.0.0&token=bad", nil)
-	if err == nil || c.resp == nil || c.resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("want 403, got err=%v resp=%v", err, c.resp)
+	if err == nil || c.Resp == nil || c.Resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("want 403, got err=%v resp=%v", err, c.Resp)
 	}
-	ts.dial(t, "?vsn=2.0.0&token=good").heartbeat("1")
+	ts.dial(t, "?vsn=2.0.0&token=good").Heartbeat("1")
 }
 
 func TestChecklist06AuthTokenSubprotocol(t *testing.T) {
@@ -123,16 +124,16 @@ func TestChecklist06AuthTokenSubprotocol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.resp.Header.Get("Sec-WebSocket-Protocol"); got != "phoenix" {
+	if got := c.Resp.Header.Get("Sec-WebSocket-Protocol"); got != "phoenix" {
 		t.Fatalf("Sec-WebSocket-Protocol = %q, want phoenix", got)
 	}
 	if tok := <-tokens; tok != "my-secret" {
 		t.Fatalf("connect saw token %q, want my-secret", tok)
 	}
-	c.heartbeat("1")
+	c.Heartbeat("1")
 
 	c2 := ts.dial(t, "?vsn=2.0.0&token=from-query")
-	if got := c2.resp.Header.Values("Sec-WebSocket-Protocol"); len(got) != 0 {
+	if got := c2.Resp.Header.Values("Sec-WebSocket-Protocol"); len(got) != 0 {
 		t.Fatalf("no offer, but Sec-WebSocket-Protocol = %q", got)
 	}
 	if tok := <-tokens; tok != "from-query" {
@@ -150,9 +151,9 @@ func TestChecklist06AuthTokenSubprotocol(t *testing.T) {
 func TestChecklist07HeartbeatJoinedOrNot(t *testing.T) {
 	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.heartbeat("5")
+	c.Heartbeat("5")
 	joinLobby(c, "3")
-	c.heartbeat("6")
+	c.Heartbeat("6")
 }
 
 func TestChecklist08JoinAccepted(t *testing.T) {
@@ -166,8 +167,8 @@ func TestChecklist08JoinAccepted(t *testing.T) {
 	}
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","3","room:lobby","phx_join",{"nick":"bob"}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{"id":1,"nick":"bob"}}]`)
+	c.SendText(`["3","3","room:lobby","phx_join",{"nick":"bob"}]`)
+	c.Expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{"id":1,"nick":"bob"}}]`)
 	if st := ts.ep.Stats(); st.Joins != 1 || st.ChannelsOpen != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -180,16 +181,16 @@ func TestChecklist09JoinRefused(t *testing.T) {
 	}
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"error","response":{"message":"no","reason":"unauthorized"}}]`)
-	c.send(`["3","4","room:lobby","new_msg",{}]`)
-	c.expect(`[null,"4","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+	c.SendText(`["3","3","room:lobby","phx_join",{}]`)
+	c.Expect(`["3","3","room:lobby","phx_reply",{"status":"error","response":{"message":"no","reason":"unauthorized"}}]`)
+	c.SendText(`["3","4","room:lobby","new_msg",{}]`)
+	c.Expect(`[null,"4","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
 	// A plain error is not leaked: it becomes "internal".
 	h.join = func(ctx context.Context, ch *Channel, p json.RawMessage) (JoinResult, error) {
 		return JoinResult{}, errTest
 	}
-	c.send(`["5","5","room:lobby","phx_join",{}]`)
-	c.expect(`["5","5","room:lobby","phx_reply",{"status":"error","response":{"reason":"internal"}}]`)
+	c.SendText(`["5","5","room:lobby","phx_join",{}]`)
+	c.Expect(`["5","5","room:lobby","phx_reply",{"status":"error","response":{"reason":"internal"}}]`)
 	if len(h.terminations()) != 0 {
 		t.Fatalf("refused joins were terminated: %v", h.terminations())
 	}
@@ -198,8 +199,8 @@ func TestChecklist09JoinRefused(t *testing.T) {
 func TestChecklist10JoinUnroutedTopic(t *testing.T) {
 	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","3","nope:1","phx_join",{}]`)
-	c.expect(`[null,"3","nope:1","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+	c.SendText(`["3","3","nope:1","phx_join",{}]`)
+	c.Expect(`[null,"3","nope:1","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
 }
 
 func TestChecklist11TooManyChannels(t *testing.T) {
@@ -207,15 +208,15 @@ func TestChecklist11TooManyChannels(t *testing.T) {
 	c := ts.dial(t, "?vsn=2.0.0")
 	for i := 0; i < 100; i++ {
 		r := fmt.Sprint(i + 1)
-		c.send(`["` + r + `","` + r + `","room:` + r + `","phx_join",{}]`)
-		c.expect(`["` + r + `","` + r + `","room:` + r + `","phx_reply",{"status":"ok","response":{}}]`)
+		c.SendText(`["` + r + `","` + r + `","room:` + r + `","phx_join",{}]`)
+		c.Expect(`["` + r + `","` + r + `","room:` + r + `","phx_reply",{"status":"ok","response":{}}]`)
 	}
-	c.send(`["101","101","room:101","phx_join",{}]`)
-	c.expect(`["101","101","room:101","phx_reply",{"status":"error","response":{"reason":"too many channels joined"}}]`)
+	c.SendText(`["101","101","room:101","phx_join",{}]`)
+	c.Expect(`["101","101","room:101","phx_reply",{"status":"error","response":{"reason":"too many channels joined"}}]`)
 	// Rejoining an already joined topic is a duplicate join, not a 101st.
-	c.send(`["102","102","room:1","phx_join",{}]`)
-	c.expect(`["102","102","room:1","phx_reply",{"status":"ok","response":{}}]`)
-	c.expect(`["1","1","room:1","phx_close",{}]`)
+	c.SendText(`["102","102","room:1","phx_join",{}]`)
+	c.Expect(`["102","102","room:1","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["1","1","room:1","phx_close",{}]`)
 }
 
 func TestChecklist12JoinCrashed(t *testing.T) {
@@ -226,12 +227,12 @@ func TestChecklist12JoinCrashed(t *testing.T) {
 	}
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"error","response":{"reason":"join crashed"}}]`)
+	c.SendText(`["3","3","room:lobby","phx_join",{}]`)
+	c.Expect(`["3","3","room:lobby","phx_reply",{"status":"error","response":{"reason":"join crashed"}}]`)
 	if n := ts.ep.Hub().Subscribers("room:lobby"); n != 0 {
 		t.Fatalf("crashed join left %d subscribers", n)
 	}
-	c.heartbeat("4")
+	c.Heartbeat("4")
 }
 
 func TestChecklist13DuplicateJoin(t *testing.T) {
@@ -239,9 +240,9 @@ func TestChecklist13DuplicateJoin(t *testing.T) {
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`["7","7","room:lobby","phx_join",{}]`)
-	c.expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	c.SendText(`["7","7","room:lobby","phx_join",{}]`)
+	c.Expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["3","3","room:lobby","phx_close",{}]`)
 	if got := h.waitTerminated(t); got != "room:lobby/3/duplicate_join" {
 		t.Fatalf("terminated %q", got)
 	}
@@ -249,7 +250,7 @@ func TestChecklist13DuplicateJoin(t *testing.T) {
 		t.Fatalf("subscribers = %d, want 1", n)
 	}
 	ts.ep.Hub().Broadcast("room:lobby", "ev", json.RawMessage(`{}`), nil)
-	c.expect(`[null,null,"room:lobby","ev",{}]`)
+	c.Expect(`[null,null,"room:lobby","ev",{}]`)
 }
 
 func echoHandler() *funcHandler {
@@ -279,41 +280,41 @@ func TestChecklist14PushWithMatchingJoinRef(t *testing.T) {
 	ts := roomServer(t, echoHandler(), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`["3","4","room:lobby","echo",{"body":"hi"}]`)
-	c.expect(`["3","4","room:lobby","phx_reply",{"status":"ok","response":{"body":"hi"}}]`)
-	c.send(`["3","5","room:lobby","silent",{}]`)
-	c.heartbeat("6") // no reply for "5" came before the heartbeat reply
-	c.send(`["3","7","room:lobby","refuse",{}]`)
-	c.expect(`["3","7","room:lobby","phx_reply",{"status":"error","response":{"reason":"nope"}}]`)
-	c.send(`["3","8","room:lobby","fail",{}]`)
-	c.expect(`["3","8","room:lobby","phx_reply",{"status":"error","response":{"reason":"internal"}}]`)
+	c.SendText(`["3","4","room:lobby","echo",{"body":"hi"}]`)
+	c.Expect(`["3","4","room:lobby","phx_reply",{"status":"ok","response":{"body":"hi"}}]`)
+	c.SendText(`["3","5","room:lobby","silent",{}]`)
+	c.Heartbeat("6") // no reply for "5" came before the heartbeat reply
+	c.SendText(`["3","7","room:lobby","refuse",{}]`)
+	c.Expect(`["3","7","room:lobby","phx_reply",{"status":"error","response":{"reason":"nope"}}]`)
+	c.SendText(`["3","8","room:lobby","fail",{}]`)
+	c.Expect(`["3","8","room:lobby","phx_reply",{"status":"error","response":{"reason":"internal"}}]`)
 }
 
 func TestChecklist15PushWithNullJoinRef(t *testing.T) {
 	ts := roomServer(t, echoHandler(), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`[null,"4","room:lobby","echo",{"n":1}]`)
-	c.expect(`["3","4","room:lobby","phx_reply",{"status":"ok","response":{"n":1}}]`)
+	c.SendText(`[null,"4","room:lobby","echo",{"n":1}]`)
+	c.Expect(`["3","4","room:lobby","phx_reply",{"status":"ok","response":{"n":1}}]`)
 }
 
 func TestChecklist16PushWithStaleJoinRef(t *testing.T) {
 	ts := roomServer(t, echoHandler(), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`["7","7","room:lobby","phx_join",{}]`)
-	c.expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.expect(`["3","3","room:lobby","phx_close",{}]`)
-	c.send(`["3","8","room:lobby","echo",{}]`)
-	c.heartbeat("9")
+	c.SendText(`["7","7","room:lobby","phx_join",{}]`)
+	c.Expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["3","3","room:lobby","phx_close",{}]`)
+	c.SendText(`["3","8","room:lobby","echo",{}]`)
+	c.Heartbeat("9")
 	waitTrace(t, ts.tr, trace.Kind("push.stale", "join_ref", "3"))
 }
 
 func TestChecklist17PushToUnjoinedTopic(t *testing.T) {
 	ts := roomServer(t, echoHandler(), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","4","room:other","echo",{}]`)
-	c.expect(`[null,"4","room:other","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+	c.SendText(`["3","4","room:other","echo",{}]`)
+	c.Expect(`[null,"4","room:other","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
 }
 
 func TestChecklist18LeaveJoinedTopic(t *testing.T) {
@@ -321,14 +322,14 @@ func TestChecklist18LeaveJoinedTopic(t *testing.T) {
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`["3","9","room:lobby","phx_leave",{}]`)
-	c.expect(`["3","9","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	c.SendText(`["3","9","room:lobby","phx_leave",{}]`)
+	c.Expect(`["3","9","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["3","3","room:lobby","phx_close",{}]`)
 	if got := h.waitTerminated(t); got != "room:lobby/3/leave" {
 		t.Fatalf("terminated %q", got)
 	}
-	c.send(`["3","10","room:lobby","echo",{}]`)
-	c.expect(`[null,"10","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+	c.SendText(`["3","10","room:lobby","echo",{}]`)
+	c.Expect(`[null,"10","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
 	if n := ts.ep.Hub().Subscribers("room:lobby"); n != 0 {
 		t.Fatalf("subscribers = %d after leave", n)
 	}
@@ -337,22 +338,22 @@ func TestChecklist18LeaveJoinedTopic(t *testing.T) {
 func TestChecklist19LeaveUnjoinedTopic(t *testing.T) {
 	ts := roomServer(t, echoHandler(), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["12","13","room:lobby","phx_leave",{}]`)
-	c.expect(`["12","13","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.heartbeat("14") // and no phx_close
+	c.SendText(`["12","13","room:lobby","phx_leave",{}]`)
+	c.Expect(`["12","13","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Heartbeat("14") // and no phx_close
 }
 
 func TestChecklist20LeaveWithStaleJoinRef(t *testing.T) {
 	ts := roomServer(t, echoHandler(), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`["7","7","room:lobby","phx_join",{}]`)
-	c.expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.expect(`["3","3","room:lobby","phx_close",{}]`)
-	c.send(`["3","8","room:lobby","phx_leave",{}]`)
-	c.heartbeat("9")
-	c.send(`["7","10","room:lobby","echo",{"still":"joined"}]`)
-	c.expect(`["7","10","room:lobby","phx_reply",{"status":"ok","response":{"still":"joined"}}]`)
+	c.SendText(`["7","7","room:lobby","phx_join",{}]`)
+	c.Expect(`["7","7","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["3","3","room:lobby","phx_close",{}]`)
+	c.SendText(`["3","8","room:lobby","phx_leave",{}]`)
+	c.Heartbeat("9")
+	c.SendText(`["7","10","room:lobby","echo",{"still":"joined"}]`)
+	c.Expect(`["7","10","room:lobby","phx_reply",{"status":"ok","response":{"still":"joined"}}]`)
 }
 
 func TestChecklist21ChannelCrashThenRejoin(t *testing.T) {
@@ -360,16 +361,16 @@ func TestChecklist21ChannelCrashThenRejoin(t *testing.T) {
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`["3","4","room:lobby","crash",{}]`)
-	c.expect(`["3","3","room:lobby","phx_error",{"reason":"channel_crash"}]`)
+	c.SendText(`["3","4","room:lobby","crash",{}]`)
+	c.Expect(`["3","3","room:lobby","phx_error",{"reason":"channel_crash"}]`)
 	if got := h.waitTerminated(t); got != "room:lobby/3/crash" {
 		t.Fatalf("terminated %q", got)
 	}
-	c.heartbeat("5") // the socket survives
-	c.send(`["6","6","room:lobby","phx_join",{}]`)
-	c.expect(`["6","6","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.send(`["6","7","room:lobby","echo",{"ok":true}]`)
-	c.expect(`["6","7","room:lobby","phx_reply",{"status":"ok","response":{"ok":true}}]`)
+	c.Heartbeat("5") // the socket survives
+	c.SendText(`["6","6","room:lobby","phx_join",{}]`)
+	c.Expect(`["6","6","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.SendText(`["6","7","room:lobby","echo",{"ok":true}]`)
+	c.Expect(`["6","7","room:lobby","phx_reply",{"status":"ok","response":{"ok":true}}]`)
 }
 
 func TestChecklist22ServerCloseSendsPhxClose(t *testing.T) {
@@ -377,13 +378,13 @@ func TestChecklist22ServerCloseSendsPhxClose(t *testing.T) {
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`["3","4","room:lobby","close",{}]`)
-	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	c.SendText(`["3","4","room:lobby","close",{}]`)
+	c.Expect(`["3","3","room:lobby","phx_close",{}]`)
 	if got := h.waitTerminated(t); got != "room:lobby/3/closed" {
 		t.Fatalf("terminated %q", got)
 	}
-	c.send(`["3","5","room:lobby","echo",{}]`)
-	c.expect(`[null,"5","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
+	c.SendText(`["3","5","room:lobby","echo",{}]`)
+	c.Expect(`[null,"5","room:lobby","phx_reply",{"status":"error","response":{"reason":"unmatched topic"}}]`)
 }
 
 func TestChecklist23ServerPushAndBroadcast(t *testing.T) {
@@ -401,18 +402,18 @@ func TestChecklist23ServerPushAndBroadcast(t *testing.T) {
 	if err := ch.Push("new_msg", map[string]string{"body": "hi"}); err != nil {
 		t.Fatal(err)
 	}
-	c.expect(`["3",null,"room:lobby","new_msg",{"body":"hi"}]`)
+	c.Expect(`["3",null,"room:lobby","new_msg",{"body":"hi"}]`)
 	if n := ts.ep.Hub().Broadcast("room:lobby", "new_msg", json.RawMessage(`{"body":"all"}`), nil); n != 1 {
 		t.Fatalf("broadcast delivered to %d", n)
 	}
-	c.expect(`[null,null,"room:lobby","new_msg",{"body":"all"}]`)
+	c.Expect(`[null,null,"room:lobby","new_msg",{"body":"all"}]`)
 	// presence_state is a push with the join_ref; presence_diff a broadcast.
 	if err := ch.Push("presence_state", json.RawMessage(`{"u1":{"metas":[{"phx_ref":"a"}]}}`)); err != nil {
 		t.Fatal(err)
 	}
-	c.expect(`["3",null,"room:lobby","presence_state",{"u1":{"metas":[{"phx_ref":"a"}]}}]`)
+	c.Expect(`["3",null,"room:lobby","presence_state",{"u1":{"metas":[{"phx_ref":"a"}]}}]`)
 	ch.Broadcast("presence_diff", []byte(`{"joins":{},"leaves":{}}`), nil)
-	c.expect(`[null,null,"room:lobby","presence_diff",{"joins":{},"leaves":{}}]`)
+	c.Expect(`[null,null,"room:lobby","presence_diff",{"joins":{},"leaves":{}}]`)
 }
 
 func TestChecklist24ForceDisconnect(t *testing.T) {
@@ -428,7 +429,7 @@ func TestChecklist24ForceDisconnect(t *testing.T) {
 	if !ts.ep.Disconnect(<-ids) {
 		t.Fatal("socket not found")
 	}
-	if code := c.expectClose(); code != websocket.StatusGoingAway {
+	if code := c.ExpectClose(); code != websocket.StatusGoingAway {
 		t.Fatalf("close code %d, want 1001", code)
 	}
 	if got := h.waitTerminated(t); got != "room:lobby/3/socket_closed" {
@@ -443,7 +444,7 @@ func TestChecklist25IdleSocketClosed(t *testing.T) {
 	ts := roomServer(t, newFuncHandler(), EndpointConfig{HeartbeatTimeout: 50e6})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	if code := c.expectClose(); code != websocket.StatusGoingAway {
+	if code := c.ExpectClose(); code != websocket.StatusGoingAway {
 		t.Fatalf("close code %d, want 1001", code)
 	}
 	waitTrace(t, ts.tr, trace.Kind("socket.idle"))
@@ -454,11 +455,11 @@ func TestChecklist26ClientCloseCleansUp(t *testing.T) {
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
 	joinLobby(c, "3")
-	c.send(`["4","4","room:other","phx_join",{}]`)
-	c.expect(`["4","4","room:other","phx_reply",{"status":"ok","response":{}}]`)
+	c.SendText(`["4","4","room:other","phx_join",{}]`)
+	c.Expect(`["4","4","room:other","phx_reply",{"status":"ok","response":{}}]`)
 	// phoenix.js closes with 1000 "heartbeat timeout" when a heartbeat goes
 	// unanswered.
-	if err := c.conn.Close(websocket.StatusNormalClosure, "heartbeat timeout"); err != nil {
+	if err := c.Conn().Close(websocket.StatusNormalClosure, "heartbeat timeout"); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]bool{h.waitTerminated(t): true, h.waitTerminated(t): true}
@@ -491,18 +492,18 @@ func TestChecklist27BinaryFrames(t *testing.T) {
 	h := binaryHandler{funcHandler: newFuncHandler(), got: make(chan string, 1)}
 	ts := newTestServer(t, EndpointConfig{}, map[string]Handler{"top": h})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["10","10","top","phx_join",{}]`)
-	c.expect(`["10","10","top","phx_reply",{"status":"ok","response":{}}]`)
+	c.SendText(`["10","10","top","phx_join",{}]`)
+	c.Expect(`["10","10","top","phx_reply",{"status":"ok","response":{}}]`)
 	// The frame from docs/PHOENIX.md §2.2: join_ref "10", ref "1".
-	c.sendBinary([]byte("\x00\x02\x01\x03\x0210" + "1" + "top" + "ev" + "\x01"))
+	c.SendBinary([]byte("\x00\x02\x01\x03\x0210" + "1" + "top" + "ev" + "\x01"))
 	if got := <-h.got; got != "ev 01" {
 		t.Fatalf("handler got %q", got)
 	}
-	got, bin := c.read()
+	got, bin := c.ReadText()
 	if want := "\x00\x02\x03\x0810topbin_push\x01\x01"; !bin || got != want {
 		t.Fatalf("push frame %q (binary %v), want %q", got, bin, want)
 	}
-	got, bin = c.read()
+	got, bin = c.ReadText()
 	if want := "\x01\x02\x01\x03\x0210" + "1" + "top" + "ok" + "\x07\x08"; !bin || got != want {
 		t.Fatalf("reply frame %q (binary %v), want %q", got, bin, want)
 	}
@@ -510,8 +511,8 @@ func TestChecklist27BinaryFrames(t *testing.T) {
 	ts2 := roomServer(t, newFuncHandler(), EndpointConfig{})
 	c2 := ts2.dial(t, "?vsn=2.0.0")
 	joinLobby(c2, "3")
-	c2.sendBinary([]byte("\x00\x01\x01\x0a\x023" + "4" + "room:lobby" + "ev" + "x"))
-	c2.expect(`["3","4","room:lobby","phx_reply",{"status":"error","response":{"reason":"binary payload not supported"}}]`)
+	c2.SendBinary([]byte("\x00\x01\x01\x0a\x023" + "4" + "room:lobby" + "ev" + "x"))
+	c2.Expect(`["3","4","room:lobby","phx_reply",{"status":"error","response":{"reason":"binary payload not supported"}}]`)
 }
 
 func TestRefusedWhileDraining(t *testing.T) {
@@ -522,15 +523,15 @@ func TestRefusedWhileDraining(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- ts.ep.Shutdown(ctx) }()
-	if code := c.expectClose(); code != websocket.StatusServiceRestart {
+	if code := c.ExpectClose(); code != websocket.StatusServiceRestart {
 		t.Fatalf("close code %d, want 1012", code)
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	c2, err := ts.tryDial(t, "?vsn=2.0.0", nil)
-	if err == nil || c2.resp == nil || c2.resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("want 503 while draining, got err=%v resp=%v", err, c2.resp)
+	if err == nil || c2.Resp == nil || c2.Resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("want 503 while draining, got err=%v resp=%v", err, c2.Resp)
 	}
 	if _, err := ts.ep.Attach(ctx, nil, V2, nil); !errors.Is(err, ErrShutdown) {
 		t.Fatalf("attach while draining: %v", err)

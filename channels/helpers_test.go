@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/trace"
 	"go.uber.org/goleak"
 )
@@ -117,14 +118,10 @@ func (ts *testServer) url(query string) string {
 	return "ws" + strings.TrimPrefix(ts.srv.URL, "http") + "/socket/websocket" + query
 }
 
-// client is a raw WebSocket client speaking frames as strings.
-type client struct {
-	t    testing.TB
-	conn *websocket.Conn
-	resp *http.Response
-}
-
-func (ts *testServer) dial(t testing.TB, query string) *client {
+// dial opens a socket on the test server with query ("?vsn=2.0.0…") and
+// fails the test when the upgrade fails. Every step of the client waits at
+// most testTimeout.
+func (ts *testServer) dial(t testing.TB, query string) *phxtest.T {
 	t.Helper()
 	c, err := ts.tryDial(t, query, nil)
 	if err != nil {
@@ -133,84 +130,12 @@ func (ts *testServer) dial(t testing.TB, query string) *client {
 	return c
 }
 
-func (ts *testServer) tryDial(t testing.TB, query string, opts *websocket.DialOptions) (*client, error) {
+// tryDial is dial returning the error; the client then holds only Resp.
+func (ts *testServer) tryDial(t testing.TB, query string, opts *websocket.DialOptions) (*phxtest.T, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	conn, resp, err := websocket.Dial(ctx, ts.url(query), opts)
-	if err != nil {
-		return &client{t: t, resp: resp}, err
-	}
-	conn.SetReadLimit(-1)
-	c := &client{t: t, conn: conn, resp: resp}
-	t.Cleanup(func() { _ = conn.CloseNow() })
-	return c, nil
-}
-
-func (c *client) send(frame string) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	if err := c.conn.Write(ctx, websocket.MessageText, []byte(frame)); err != nil {
-		c.t.Fatalf("send %s: %v", frame, err)
-	}
-}
-
-func (c *client) sendBinary(b []byte) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	if err := c.conn.Write(ctx, websocket.MessageBinary, b); err != nil {
-		c.t.Fatalf("send binary: %v", err)
-	}
-}
-
-// read returns the next frame; binary frames are returned raw.
-func (c *client) read() (string, bool) {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	typ, b, err := c.conn.Read(ctx)
-	if err != nil {
-		c.t.Fatalf("read: %v", err)
-	}
-	return string(b), typ == websocket.MessageBinary
-}
-
-// expect reads the next frame and compares it to want byte for byte.
-func (c *client) expect(want string) {
-	c.t.Helper()
-	got, _ := c.read()
-	if got != want {
-		c.t.Fatalf("frame mismatch\n got: %s\nwant: %s", got, want)
-	}
-}
-
-// expectClose reads until the connection closes and returns the close code.
-func (c *client) expectClose() websocket.StatusCode {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	for {
-		_, b, err := c.conn.Read(ctx)
-		if err != nil {
-			code := websocket.CloseStatus(err)
-			if code == -1 {
-				c.t.Fatalf("connection ended without a close frame: %v", err)
-			}
-			return code
-		}
-		c.t.Logf("frame before close: %s", b)
-	}
-}
-
-// heartbeat sends a heartbeat and waits for its reply: a barrier proving the
-// server handled every earlier frame (frames are handled in order) and wrote
-// everything those frames produced before it.
-func (c *client) heartbeat(ref string) {
-	c.t.Helper()
-	c.send(`[null,"` + ref + `","phoenix","heartbeat",{}]`)
-	c.expect(`[null,"` + ref + `","phoenix","phx_reply",{"status":"ok","response":{}}]`)
+	c, err := phxtest.TryDialT(t, ts.url(query), opts)
+	c.Timeout = testTimeout
+	return c, err
 }
 
 func waitTrace(t testing.TB, tr *trace.Tracer, m trace.Matcher) trace.Event {

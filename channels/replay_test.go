@@ -35,20 +35,20 @@ func TestReplayLargerThanQueueReachesAReader(t *testing.T) {
 	const n, size = 250, 62 << 10
 	ts := roomServer(t, replayHandler(n, size), EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["1","1","room:lobby","phx_join",{}]`)
+	c.SendText(`["1","1","room:lobby","phx_join",{}]`)
 	waitTrace(t, ts.tr, trace.Kind("join.done", "topic", "room:lobby"))
 	if got := ts.ep.Hub().Broadcast("room:lobby", "live", json.RawMessage(`{"live":true}`), nil); got != 1 {
 		t.Fatalf("broadcast reached %d sockets", got)
 	}
-	c.expect(`["1","1","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["1","1","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
 	for i := 0; i < n; i++ {
-		got, _ := c.read()
+		got, _ := c.ReadText()
 		if want := fmt.Sprintf(`["1",null,"room:lobby","ev",{"i":%d,"pad":"`, i); !strings.HasPrefix(got, want) || len(got) < size {
 			t.Fatalf("frame %d: %.80s (%d bytes), want %s…", i, got, len(got), want)
 		}
 	}
-	c.expect(`[null,null,"room:lobby","live",{"live":true}]`)
-	c.heartbeat("2")
+	c.Expect(`[null,null,"room:lobby","live",{"live":true}]`)
+	c.Heartbeat("2")
 	if st := ts.ep.Stats(); st.SlowConsumers != 0 || st.QueueDrops != 0 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -66,8 +66,8 @@ func TestReplayCutsAStoppedReaderOnly(t *testing.T) {
 	join := `["1","1","room:lobby","phx_join",{}]`
 	reply := `["1","1","room:lobby","phx_reply",{"status":"ok","response":{}}]`
 	stopped := ts.dial(t, "?vsn=2.0.0")
-	stopped.send(join)
-	stopped.expect(reply) // and nothing more
+	stopped.SendText(join)
+	stopped.Expect(reply) // and nothing more
 
 	reader := ts.dial(t, "?vsn=2.0.0")
 	frames := make(chan string, 16)
@@ -76,7 +76,7 @@ func TestReplayCutsAStoppedReaderOnly(t *testing.T) {
 	go func() {
 		defer close(frames)
 		for {
-			_, b, err := reader.conn.Read(context.Background())
+			_, b, err := reader.Conn().Read(context.Background())
 			if err != nil {
 				return
 			}
@@ -100,7 +100,7 @@ func TestReplayCutsAStoppedReaderOnly(t *testing.T) {
 			return ""
 		}
 	}
-	reader.send(join)
+	reader.SendText(join)
 	if f := next(); f != reply {
 		t.Fatalf("reader: %.80s, want the join reply", f)
 	}
@@ -120,7 +120,7 @@ func TestReplayCutsAStoppedReaderOnly(t *testing.T) {
 			t.Fatalf("reader live frame %d: %.80s", sent, f)
 		}
 	}
-	reader.send(`[null,"9","phoenix","heartbeat",{}]`)
+	reader.SendText(`[null,"9","phoenix","heartbeat",{}]`)
 	if f := next(); f != `[null,"9","phoenix","phx_reply",{"status":"ok","response":{}}]` {
 		t.Fatalf("reader heartbeat reply: %.80s", f)
 	}

@@ -23,15 +23,15 @@ func TestJoinSkipAppliesAfterReply(t *testing.T) {
 	}
 	ts := newTestServer(t, EndpointConfig{Hub: hub}, map[string]Handler{"room:*": h})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.expect(`["3",null,"room:lobby","ev",{"seq":1}]`)
-	c.expect(`["3",null,"room:lobby","ev",{"seq":2}]`)
+	c.SendText(`["3","3","room:lobby","phx_join",{}]`)
+	c.Expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["3",null,"room:lobby","ev",{"seq":1}]`)
+	c.Expect(`["3",null,"room:lobby","ev",{"seq":2}]`)
 	if n := hub.Broadcast("room:lobby", "ev", json.RawMessage(`{"seq":2}`), 2); n != 0 {
 		t.Fatalf("the late live copy of a replayed event went to %d channels, want 0", n)
 	}
 	hub.Broadcast("room:lobby", "ev", json.RawMessage(`{"seq":3}`), 3)
-	c.expect(`[null,null,"room:lobby","ev",{"seq":3}]`)
+	c.Expect(`[null,null,"room:lobby","ev",{"seq":3}]`)
 	if got := ts.tr.Count(trace.Kind("channel.skipped")); got != 1 {
 		t.Fatalf("skipped %d, want 1", got)
 	}

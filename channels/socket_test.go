@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -35,7 +36,7 @@ func TestJoinSeamHoldsAndSkipsBroadcasts(t *testing.T) {
 	}
 	ts := newTestServer(t, EndpointConfig{Hub: hub}, map[string]Handler{"room:*": h})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","3","room:lobby","phx_join",{}]`)
+	c.SendText(`["3","3","room:lobby","phx_join",{}]`)
 	<-subscribed
 	for seq := 1; seq <= 3; seq++ {
 		if n := hub.Broadcast("room:lobby", "ev", json.RawMessage(`{"seq":`+string(rune('0'+seq))+`}`), seq); n != 1 {
@@ -46,14 +47,14 @@ func TestJoinSeamHoldsAndSkipsBroadcasts(t *testing.T) {
 		t.Fatalf("held %d broadcasts, want 3", got)
 	}
 	close(release)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{"seq":2}}]`)
-	c.expect(`["3",null,"room:lobby","ev",{"seq":1}]`)
-	c.expect(`["3",null,"room:lobby","ev",{"seq":2}]`)
+	c.Expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{"seq":2}}]`)
+	c.Expect(`["3",null,"room:lobby","ev",{"seq":1}]`)
+	c.Expect(`["3",null,"room:lobby","ev",{"seq":2}]`)
 	// Held frames keep their arrival order: broadcast 3 came before the push.
-	c.expect(`[null,null,"room:lobby","ev",{"seq":3}]`)
-	c.expect(`["3",null,"room:lobby","presence_state",{}]`)
+	c.Expect(`[null,null,"room:lobby","ev",{"seq":3}]`)
+	c.Expect(`["3",null,"room:lobby","presence_state",{}]`)
 	hub.Broadcast("room:lobby", "ev", json.RawMessage(`{"seq":4}`), 4)
-	c.expect(`[null,null,"room:lobby","ev",{"seq":4}]`)
+	c.Expect(`[null,null,"room:lobby","ev",{"seq":4}]`)
 	if got := ts.tr.Count(trace.Kind("channel.skipped")); got != 2 {
 		t.Fatalf("skipped %d, want 2", got)
 	}
@@ -81,12 +82,12 @@ func TestJoinBlocksLaterFrames(t *testing.T) {
 	}
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","3","room:lobby","phx_join",{}]`)
-	c.send(`["3","4","room:lobby","echo",{"n":1}]`)
+	c.SendText(`["3","3","room:lobby","phx_join",{}]`)
+	c.SendText(`["3","4","room:lobby","echo",{"n":1}]`)
 	waitTrace(t, ts.tr, trace.Kind("join.start"))
 	close(release)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.expect(`["3","4","room:lobby","phx_reply",{"status":"ok","response":{"n":1}}]`)
+	c.Expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["3","4","room:lobby","phx_reply",{"status":"ok","response":{"n":1}}]`)
 	mu.Lock()
 	defer mu.Unlock()
 	if strings.Join(order, ",") != "join,push" {
@@ -102,9 +103,9 @@ func TestCloseDuringJoinClosesAfterReply(t *testing.T) {
 	}
 	ts := roomServer(t, h, EndpointConfig{})
 	c := ts.dial(t, "?vsn=2.0.0")
-	c.send(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	c.expect(`["3","3","room:lobby","phx_close",{}]`)
+	c.SendText(`["3","3","room:lobby","phx_join",{}]`)
+	c.Expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`["3","3","room:lobby","phx_close",{}]`)
 	if got := h.waitTerminated(t); got != "room:lobby/3/closed" {
 		t.Fatalf("terminated %q", got)
 	}
@@ -114,18 +115,18 @@ func TestBadFramesCloseTheSocket(t *testing.T) {
 	ts := roomServer(t, newFuncHandler(), EndpointConfig{MaxFrameBytes: 128})
 	cases := []struct {
 		query string
-		send  func(c *client)
+		send  func(c *phxtest.T)
 		code  websocket.StatusCode
 	}{
-		{"?vsn=2.0.0", func(c *client) { c.send(`["1","1","t"`) }, websocket.StatusCode(CloseMalformed)},
-		{"?vsn=2.0.0", func(c *client) { c.send(`["1","1","t","e",{"x":"` + strings.Repeat("a", 200) + `"}]`) }, websocket.StatusMessageTooBig},
-		{"?vsn=2.0.0", func(c *client) { c.sendBinary([]byte{9, 9}) }, websocket.StatusCode(CloseMalformed)},
-		{"", func(c *client) { c.sendBinary([]byte{0, 0, 0, 0, 0}) }, websocket.StatusCode(CloseUnsupportedData)},
+		{"?vsn=2.0.0", func(c *phxtest.T) { c.SendText(`["1","1","t"`) }, websocket.StatusCode(CloseMalformed)},
+		{"?vsn=2.0.0", func(c *phxtest.T) { c.SendText(`["1","1","t","e",{"x":"` + strings.Repeat("a", 200) + `"}]`) }, websocket.StatusMessageTooBig},
+		{"?vsn=2.0.0", func(c *phxtest.T) { c.SendBinary([]byte{9, 9}) }, websocket.StatusCode(CloseMalformed)},
+		{"", func(c *phxtest.T) { c.SendBinary([]byte{0, 0, 0, 0, 0}) }, websocket.StatusCode(CloseUnsupportedData)},
 	}
 	for i, tc := range cases {
 		c := ts.dial(t, tc.query)
 		tc.send(c)
-		if code := c.expectClose(); code != tc.code {
+		if code := c.ExpectClose(); code != tc.code {
 			t.Fatalf("case %d: close %d, want %d", i, code, tc.code)
 		}
 	}
@@ -212,7 +213,7 @@ func TestFanoutEncodesOncePerSerializer(t *testing.T) {
 func TestFanoutManySockets(t *testing.T) {
 	ts := roomServer(t, newFuncHandler(), EndpointConfig{})
 	const sockets, msgs = 100, 20
-	clients := make([]*client, sockets)
+	clients := make([]*phxtest.T, sockets)
 	for i := range clients {
 		clients[i] = ts.dial(t, "?vsn=2.0.0")
 		joinLobby(clients[i], "1")
@@ -224,7 +225,7 @@ func TestFanoutManySockets(t *testing.T) {
 	}
 	for _, c := range clients {
 		for i := 0; i < msgs; i++ {
-			c.expect(`[null,null,"room:lobby","ev",{"i":` + itoa(i) + `}]`)
+			c.Expect(`[null,null,"room:lobby","ev",{"i":` + itoa(i) + `}]`)
 		}
 	}
 }
@@ -237,7 +238,7 @@ func itoa(i int) string {
 func TestShutdownWaitsForSockets(t *testing.T) {
 	h := newFuncHandler()
 	ts := roomServer(t, h, EndpointConfig{})
-	var cs []*client
+	var cs []*phxtest.T
 	for i := 0; i < 5; i++ {
 		c := ts.dial(t, "?vsn=2.0.0")
 		joinLobby(c, "3")
@@ -248,7 +249,7 @@ func TestShutdownWaitsForSockets(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- ts.ep.Shutdown(ctx) }()
 	for _, c := range cs {
-		if code := c.expectClose(); code != websocket.StatusServiceRestart {
+		if code := c.ExpectClose(); code != websocket.StatusServiceRestart {
 			t.Fatalf("close %d, want 1012", code)
 		}
 	}
@@ -320,36 +321,37 @@ func TestInvalidUTF8InAFieldClosesWith1007(t *testing.T) {
 	cases := []struct {
 		name  string
 		query string
-		send  func(c *client)
+		send  func(c *phxtest.T)
 	}{
-		{"v2 join_ref", "?vsn=2.0.0", func(c *client) { c.send(`["` + bad + `","1","room:lobby","phx_join",{}]`) }},
-		{"v2 ref", "?vsn=2.0.0", func(c *client) { c.send(`[null,"` + bad + `","phoenix","heartbeat",{}]`) }},
-		{"v2 topic", "?vsn=2.0.0", func(c *client) { c.send(`["1","1","room:` + bad + `","phx_join",{}]`) }},
-		{"v2 event", "?vsn=2.0.0", func(c *client) { c.send(`["1","1","room:lobby","` + bad + `",{}]`) }},
-		{"v2 payload", "?vsn=2.0.0", func(c *client) { c.send(`["1","1","room:lobby","phx_join",{"k":"` + bad + `"}]`) }},
-		{"v1 ref", "", func(c *client) { c.send(`{"topic":"phoenix","event":"heartbeat","payload":{},"ref":"` + bad + `"}`) }},
-		{"v1 join_ref", "", func(c *client) {
-			c.send(`{"topic":"room:lobby","event":"phx_join","payload":{},"ref":"1","join_ref":"` + bad + `"}`)
+		{"v2 join_ref", "?vsn=2.0.0", func(c *phxtest.T) { c.SendText(`["` + bad + `","1","room:lobby","phx_join",{}]`) }},
+		{"v2 ref", "?vsn=2.0.0", func(c *phxtest.T) { c.SendText(`[null,"` + bad + `","phoenix","heartbeat",{}]`) }},
+		{"v2 topic", "?vsn=2.0.0", func(c *phxtest.T) { c.SendText(`["1","1","room:` + bad + `","phx_join",{}]`) }},
+		{"v2 event", "?vsn=2.0.0", func(c *phxtest.T) { c.SendText(`["1","1","room:lobby","` + bad + `",{}]`) }},
+		{"v2 payload", "?vsn=2.0.0", func(c *phxtest.T) { c.SendText(`["1","1","room:lobby","phx_join",{"k":"` + bad + `"}]`) }},
+		{"v1 ref", "", func(c *phxtest.T) {
+			c.SendText(`{"topic":"phoenix","event":"heartbeat","payload":{},"ref":"` + bad + `"}`)
 		}},
-		{"v1 topic", "", func(c *client) { c.send(`{"topic":"` + bad + `","event":"phx_join","payload":{},"ref":"1"}`) }},
-		{"v1 event", "", func(c *client) { c.send(`{"topic":"phoenix","event":"` + bad + `","payload":{},"ref":"1"}`) }},
-		{"binary ref", "?vsn=2.0.0", func(c *client) {
+		{"v1 join_ref", "", func(c *phxtest.T) {
+			c.SendText(`{"topic":"room:lobby","event":"phx_join","payload":{},"ref":"1","join_ref":"` + bad + `"}`)
+		}},
+		{"v1 topic", "", func(c *phxtest.T) { c.SendText(`{"topic":"` + bad + `","event":"phx_join","payload":{},"ref":"1"}`) }},
+		{"v1 event", "", func(c *phxtest.T) { c.SendText(`{"topic":"phoenix","event":"` + bad + `","payload":{},"ref":"1"}`) }},
+		{"binary ref", "?vsn=2.0.0", func(c *phxtest.T) {
 			f, err := encodeBinaryClientPush(StringRef("1"), Ref{raw: `"x"`}, "room:lobby", "ev", nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			f.Data[6] = 0xff // the ref's one byte
-			c.sendBinary(f.Data)
+			c.SendBinary(f.Data)
 		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ts.dial(t, tc.query)
-			c.t = t
 			tc.send(c)
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 			defer cancel()
-			_, b, err := c.conn.Read(ctx)
+			_, b, err := c.Conn().Read(ctx)
 			if err == nil {
 				t.Fatalf("got a frame %q, want the close", b)
 			}

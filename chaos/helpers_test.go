@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
@@ -149,10 +150,10 @@ func words(prefix string, n int) string {
 
 // joinObserver opens a raw socket on p and joins session id from the start
 // of its log.
-func joinObserver(t *testing.T, c *proctest.Cluster, p *proctest.Proc, id string) *proctest.Socket {
+func joinObserver(t *testing.T, c *proctest.Cluster, p *proctest.Proc, id string) *phxtest.Socket {
 	t.Helper()
 	ctx := timeout(t, 15*time.Second)
-	s, err := proctest.DialSocket(ctx, p.URL(), c.Token())
+	s, err := phxtest.DialNode(ctx, p.URL(), c.Token())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +195,25 @@ func readRow(t *testing.T, c *proctest.Cluster, id string) dbRow {
 		t.Fatalf("checkpoint row of %s: %v", id, err)
 	}
 	return r
+}
+
+// liveLeases counts the lease rows held by any process of node name
+// (owner "<name>/<incarnation>") that have not expired on the database
+// clock.
+func liveLeases(t *testing.T, c *proctest.Cluster, name string) int {
+	t.Helper()
+	ctx := timeout(t, 10*time.Second)
+	conn, err := pgx.Connect(ctx, c.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM agent_leases WHERE split_part(owner_node, '/', 1) = $1 AND expires_at > now()`, name).Scan(&n)
+	if err != nil {
+		t.Fatalf("live leases of %s: %v", name, err)
+	}
+	return n
 }
 
 // metric reads one unlabelled counter or gauge from p's /metrics.

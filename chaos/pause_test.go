@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/session"
 )
@@ -79,14 +80,14 @@ func TestPausedOwnerIsFencedAfterTakeover(t *testing.T) {
 		t.Errorf("the replay log holds %d events of epoch %d after the resume, %d before", n, old.Epoch, oldEvents)
 	}
 	ctx := timeout(t, 20*time.Second)
-	if _, err := obs.WaitEvent(ctx, func(ev proctest.SessionEvent) bool {
+	if _, err := obs.WaitEvent(ctx, func(ev phxtest.SessionEvent) bool {
 		return ev.Epoch == old.Epoch+1 && ev.Type == session.TypeTurnCompleted
 	}); err != nil {
 		t.Fatalf("observer never saw the new owner's turn complete: %v", err)
 	}
 	// One more turn after the resume, then everything queued so far.
 	mustAccept(t, c, b, id, proctest.Event{Text: "after resume", Key: "k-after"})
-	if _, err := obs.WaitEvent(ctx, func(ev proctest.SessionEvent) bool {
+	if _, err := obs.WaitEvent(ctx, func(ev phxtest.SessionEvent) bool {
 		return ev.Type == session.TypeUserEvent && userEventText(ev.Data) == "after resume"
 	}); err != nil {
 		t.Fatal(err)

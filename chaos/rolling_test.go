@@ -14,12 +14,27 @@ import (
 // drain, exit, start again under the same NODE_NAME and address) under a
 // steady stream of events to 100 sessions. Clients send each event to some
 // node and follow retry directives, moving on to another node when one
-// does not answer at all. At the end every accepted event is in its
-// session's history and replay log exactly once, no answer was an error
-// without a retry directive, and no event waited a full lease TTL (the
-// drain hands leases back instead of letting them lapse).
+// does not answer at all. Counted properties, none of them timed:
+//   - once a drained node has exited it holds no live lease (read on the
+//     database clock): the drain hands every lease back, including one
+//     claimed by an event in flight when the drain began, so no session
+//     waits for a lease to lapse;
+//   - every event is accepted within its retry budget: no answer was an
+//     error without a retry directive, no directive's budget ran out;
+//   - only an event with an attempt that got no HTTP answer may be answered
+//     as a duplicate (that attempt may have landed);
+//   - at the end every accepted event is in its session's history and
+//     replay log exactly once.
+//
+// The slowest delivery and the directives by code are logged as figures,
+// not asserted: they depend on the machine's load (a lease store slowed
+// down enough stands a session down and answers session_moving).
 func TestRollingRestart(t *testing.T) {
-	c := newCluster(t, map[string]string{"ECHO_DELAY": "1ms", "DRAIN_WINDOW": "5s"})
+	// The lease TTL is longer than a node's drain and exit, so a lease the
+	// drain failed to hand back is still live when the test looks for it;
+	// renewals every 2 s keep the lease store's load low enough that a
+	// loaded machine does not stand sessions down for slow renewals.
+	c := newCluster(t, map[string]string{"ECHO_DELAY": "1ms", "DRAIN_WINDOW": "5s", "LEASE_TTL": "10s", "LEASE_RENEW": "2s"})
 	nodes := []*proctest.Proc{c.Start("a", nil), c.Start("b", nil), c.Start("c", nil)}
 	ttl := c.Duration("LEASE_TTL")
 	const sessions, workers = 100, 12
@@ -84,6 +99,9 @@ func TestRollingRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%s drained and exited in %v (%v)", p.Name(), time.Since(termed).Round(time.Millisecond), st)
+		if n := liveLeases(t, c, p.Name()); n != 0 {
+			t.Errorf("%s exited holding %d live leases; a drain hands every lease back", p.Name(), n)
+		}
 		if err := c.Restart(p); err != nil {
 			t.Fatal(err)
 		}
@@ -92,42 +110,52 @@ func TestRollingRestart(t *testing.T) {
 	close(stop)
 	wg.Wait()
 
-	// Tally: every delivery succeeded, none waited a full TTL.
-	accepted := map[string]map[string]bool{} // session → texts
-	var directives, noAnswer, duplicates int
+	// Tally: every delivery succeeded.
+	accepted := map[string]map[string]proctest.Accepted{} // session → text → 202 body
+	directives := map[string]int{}                        // code → directives followed
+	var noAnswer, duplicates, mostDirectives int
 	var slowest time.Duration
 	for _, r := range results {
 		if r.out.Err != nil {
-			t.Errorf("%s %s: %v (attempts %+v)", r.id, r.text, r.out.Err, r.out.Attempts)
+			t.Errorf("%s %s: not accepted within its retry budget: %v (attempts %+v)", r.id, r.text, r.out.Err, r.out.Attempts)
 			continue
 		}
-		directives += r.out.Directives
+		mostDirectives = max(mostDirectives, r.out.Directives)
+		unanswered := false
 		for _, a := range r.out.Attempts {
 			if a.Err != nil {
 				noAnswer++
+				unanswered = true
+			}
+			if a.Reply.Retry != nil {
+				directives[a.Reply.Code]++
 			}
 		}
 		if r.out.Accepted.Duplicate {
 			duplicates++
+			if !unanswered {
+				t.Errorf("%s %s: answered as a duplicate although every earlier attempt was answered (attempts %+v)", r.id, r.text, r.out.Attempts)
+			}
 		}
 		slowest = max(slowest, r.out.Elapsed)
 		if accepted[r.id] == nil {
-			accepted[r.id] = map[string]bool{}
+			accepted[r.id] = map[string]proctest.Accepted{}
 		}
-		accepted[r.id][r.text] = true
+		accepted[r.id][r.text] = *r.out.Accepted
 	}
-	t.Logf("%d events to %d sessions: %d retry directives followed, %d attempts without an answer, %d answered as duplicates, slowest %v",
-		len(results), len(accepted), directives, noAnswer, duplicates, slowest.Round(time.Millisecond))
-	if slowest >= ttl {
-		t.Errorf("an event waited %v, a full lease TTL is %v", slowest, ttl)
-	}
+	// Figures only: these depend on the machine's load.
+	t.Logf("%d events to %d sessions: retry directives followed %v (at most %d for one event), %d attempts without an answer, %d answered as duplicates, slowest %v (lease TTL %v)",
+		len(results), len(accepted), directives, mostDirectives, noAnswer, duplicates, slowest.Round(time.Millisecond), ttl)
 	if t.Failed() {
 		return
 	}
 
 	// Accounting: one more event per session makes every session's owner
 	// run what earlier owners handed back; then each accepted event is in
-	// the history and the replay log exactly once.
+	// the history exactly once, and in the replay log exactly once unless
+	// a node logged that appending it failed (the replay log is best
+	// effort: a Redis timeout is logged and live publishing goes on; the
+	// append may still have landed).
 	for i := range sessions {
 		id := sessionID(i)
 		out := client.Deliver(timeout(t, 30*time.Second), func(k int) string { return nodes[(i+k)%len(nodes)].URL() }, id,
@@ -136,18 +164,28 @@ func TestRollingRestart(t *testing.T) {
 			t.Fatalf("%s final event: %v", id, out.Err)
 		}
 	}
+	appendFailed := map[string]bool{} // "<session> <epoch>-<seq>"
+	for _, p := range nodes {
+		for _, line := range p.Logs().Lines() {
+			if e, ok := proctest.ParseEntry(line); ok && e.Msg() == "session replay log append failed" {
+				appendFailed[e.Str("session")+" "+e.Str("pos")] = true
+			}
+		}
+	}
 	for i := range sessions {
 		id := sessionID(i)
 		want := len(accepted[id]) + 1
 		view := waitView(t, c, nodes[i%len(nodes)], id, fmt.Sprintf("%d turns", want), turnsDone(want))
 		counts := userCounts(view.History)
 		logged := loggedUserEvents(replayLog(t, c, id))
-		for text := range accepted[id] {
+		for text, acc := range accepted[id] {
 			if counts[text] != 1 {
 				t.Errorf("%s: accepted event %s is %d times in the history", id, text, counts[text])
 			}
-			if len(logged[text]) != 1 {
-				t.Errorf("%s: accepted event %s is %d times in the replay log", id, text, len(logged[text]))
+			n := len(logged[text])
+			failed := appendFailed[fmt.Sprintf("%s %d-%d", id, acc.Epoch, acc.Seq)]
+			if n > 1 || n == 0 && !failed {
+				t.Errorf("%s: accepted event %s (at %d-%d) is %d times in the replay log", id, text, acc.Epoch, acc.Seq, n)
 			}
 		}
 		if len(counts) != want {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/internal/trace"
+	"github.com/relaygw/relay/session"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -145,20 +146,13 @@ func TestGetSessionAndAdmin(t *testing.T) {
 	do(t, "POST", srv.URL+"/api/sessions/s2/events", testAPIKey, "", `{"data":{"text":"a b c"}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := tr.WaitFor(ctx, trace.Kind("session.checkpoint.ok")); err != nil {
+	// The view follows the actor's state by the time an event is
+	// published: once the reply message is out, it holds both messages.
+	if _, err := tr.WaitFor(ctx, trace.Kind("session.emit", "session", "s2", "type", session.TypeMessage)); err != nil {
 		t.Fatal(err, tr.Dump())
 	}
-	// The view follows the actor's state an instant after the checkpoint.
-	var status int
-	var body map[string]any
-	var hist []any
-	for {
-		status, _, body = do(t, "GET", srv.URL+"/api/sessions/s2", testAPIKey, "", "")
-		if hist, _ = body["history"].([]any); len(hist) == 2 || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	status, _, body := do(t, "GET", srv.URL+"/api/sessions/s2", testAPIKey, "", "")
+	hist, _ := body["history"].([]any)
 	if status != 200 {
 		t.Fatalf("GET: %d %v", status, body)
 	}
@@ -206,11 +200,11 @@ func TestHibernateAndThaw(t *testing.T) {
 		t.Fatal(err, tr.Dump())
 	}
 	// The actor leaves the manager's table right after it hands the lease back.
-	for len(n.manager.Sessions()) != 0 {
-		if ctx.Err() != nil {
-			t.Fatalf("sessions still live after hibernation: %+v", n.manager.Sessions())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if _, err := tr.WaitFor(ctx, trace.Kind("session.exited", "session", "h1")); err != nil {
+		t.Fatal(err, tr.Dump())
+	}
+	if s := n.manager.Sessions(); len(s) != 0 {
+		t.Fatalf("sessions still live after hibernation: %+v", s)
 	}
 	_, _, view := do(t, "GET", srv.URL+"/api/sessions/h1", testAPIKey, "", "")
 	if h, _ := view["history"].([]any); len(h) != 2 {
@@ -226,15 +220,13 @@ func TestHibernateAndThaw(t *testing.T) {
 	if _, err := tr.WaitForN(ctx, trace.Kind("session.checkpoint.ok", "session", "h1"), 2); err != nil {
 		t.Fatal(err, tr.Dump())
 	}
-	// The view follows the actor's state an instant after the checkpoint.
-	for {
-		_, _, view = do(t, "GET", srv.URL+"/api/sessions/h1", testAPIKey, "", "")
-		if h, _ := view["history"].([]any); len(h) == 4 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("history after the second turn = %v, want 4 messages", view["history"])
-		}
-		time.Sleep(5 * time.Millisecond)
+	// The view follows the actor's state by the time an event is
+	// published: once the second reply message is out, it holds all four.
+	if _, err := tr.WaitForN(ctx, trace.Kind("session.emit", "session", "h1", "type", session.TypeMessage), 2); err != nil {
+		t.Fatal(err, tr.Dump())
+	}
+	_, _, view = do(t, "GET", srv.URL+"/api/sessions/h1", testAPIKey, "", "")
+	if h, _ := view["history"].([]any); len(h) != 4 {
+		t.Fatalf("history after the second turn = %v, want 4 messages", view["history"])
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/relaygw/relay/internal/phxtest"
 )
 
 // TestParseTokenRequiresExpiry: a token without exp, an expired one and one
@@ -50,12 +51,12 @@ func TestSocketClosedWhenTokenExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := dialWS(t, srv.URL, tok)
-	ws.join("session:exp1", map[string]any{})
+	ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+	ws.Join("session:exp1", map[string]any{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
-		if _, err := ws.read(ctx); err != nil {
+		if _, err := ws.Read(ctx); err != nil {
 			if got := websocket.CloseStatus(err); got != websocket.StatusGoingAway {
 				t.Fatalf("socket ended with %v (%v), want close 1001", got, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -69,13 +70,13 @@ func TestViewersAcrossNodes(t *testing.T) {
 	_, srvB := c.addWith("b", nil, fast)
 	tok := c.token()
 
-	a1, a2 := dialWS(t, srvA.URL, tok), dialWS(t, srvA.URL, tok)
-	a1.join("session:v1", map[string]any{})
-	a2Ref := a2.send("", "session:v1", "phx_join", map[string]any{})
-	a2.until(a2Ref)
-	b1 := dialWS(t, srvB.URL, tok)
-	b1.join("session:v1", map[string]any{})
-	b1.join("session:v2", map[string]any{})
+	a1, a2 := phxtest.DialT(t, phxtest.URL(srvA.URL, tok)), phxtest.DialT(t, phxtest.URL(srvA.URL, tok))
+	a1.Join("session:v1", map[string]any{})
+	a2Ref := a2.Send("", "session:v1", "phx_join", map[string]any{})
+	a2.Until(a2Ref)
+	b1 := phxtest.DialT(t, phxtest.URL(srvB.URL, tok))
+	b1.Join("session:v1", map[string]any{})
+	b1.Join("session:v2", map[string]any{})
 
 	awaitCounts(t, c.tr, "a", "b")
 	awaitCounts(t, c.tr, "b", "a")
@@ -92,7 +93,7 @@ func TestViewersAcrossNodes(t *testing.T) {
 	}
 
 	// a2 leaves session:v1; once a's hub has dropped it, b hears of it.
-	a2.send(a2Ref, "session:v1", "phx_leave", map[string]any{})
+	a2.Send(a2Ref, "session:v1", "phx_leave", map[string]any{})
 	waitUntil(t, "a's hub drops the leaving socket", func() bool { return c.nodes[0].hub.Subscribers("session:v1") == 1 })
 	awaitCounts(t, c.tr, "a", "b")
 	assertViewers(t, getViewers(t, srvB.URL), Viewers{Node: "b", Local: map[string]int{"session:v1": 1, "session:v2": 1},
@@ -111,8 +112,8 @@ func assertViewers(t *testing.T, got, want Viewers) {
 func TestViewersEmbedded(t *testing.T) {
 	n, srv, _ := testNode(t, nil)
 	tok, _ := n.Auth().Mint("u", []string{"*"}, time.Hour)
-	s := dialWS(t, srv.URL, tok)
-	s.join("session:e1", map[string]any{})
+	s := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+	s.Join("session:e1", map[string]any{})
 	assertViewers(t, getViewers(t, srv.URL), Viewers{Node: "n1", Local: map[string]int{"session:e1": 1},
 		Cluster: map[string]int{"session:e1": 1}, Peers: []string{}})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
@@ -83,7 +84,7 @@ func post(t *testing.T, srv *httptest.Server, id, text string) map[string]any {
 	return body
 }
 
-func assertIncreasing(t *testing.T, evs []sessionEvent) {
+func assertIncreasing(t *testing.T, evs []phxtest.SessionEvent) {
 	t.Helper()
 	for i := 1; i < len(evs); i++ {
 		a, b := session.Position{Epoch: evs[i-1].Epoch, Seq: evs[i-1].Seq}, session.Position{Epoch: evs[i].Epoch, Seq: evs[i].Seq}
@@ -101,11 +102,11 @@ func TestClusterObserveFromAnyNode(t *testing.T) {
 	c := newTestCluster(t, "a", "b", "cc")
 	c.waitReady()
 	tok := c.token()
-	wsA := dialWS(t, c.srvs[0].URL, tok)
-	wsA.join("session:s1", map[string]any{})
+	wsA := phxtest.DialT(t, phxtest.URL(c.srvs[0].URL, tok))
+	wsA.Join("session:s1", map[string]any{})
 
 	post(t, c.srvs[1], "s1", "owned by b") // B claims the lease
-	first := wsA.eventsUntil(session.TypeTurnCompleted)
+	first := wsA.EventsUntil(session.TypeTurnCompleted)
 	if len(first) < 5 || first[0].Type != session.TypeUserEvent {
 		t.Fatalf("A saw %+v", first)
 	}
@@ -126,18 +127,18 @@ func TestClusterObserveFromAnyNode(t *testing.T) {
 	}
 
 	// A sees the turn start; a late joiner on C picks up from there.
-	var seen []sessionEvent
+	var seen []phxtest.SessionEvent
 	for len(seen) < 4 {
-		seen = append(seen, wsA.eventsUntil(session.TypeDelta)...)
+		seen = append(seen, wsA.EventsUntil(session.TypeDelta)...)
 	}
 	last := seen[len(seen)-1]
-	wsC := dialWS(t, c.srvs[2].URL, tok)
-	reply := wsC.join("session:s1", map[string]any{"last_event": map[string]any{"epoch": last.Epoch, "seq": last.Seq}})
+	wsC := phxtest.DialT(t, phxtest.URL(c.srvs[2].URL, tok))
+	reply := wsC.Join("session:s1", map[string]any{"last_event": map[string]any{"epoch": last.Epoch, "seq": last.Seq}})
 	if reply["recovered"] != true {
 		t.Fatalf("join reply %v", reply)
 	}
-	restA := wsA.eventsUntil(session.TypeTurnCompleted)
-	restC := wsC.eventsUntil(session.TypeTurnCompleted)
+	restA := wsA.EventsUntil(session.TypeTurnCompleted)
+	restC := wsC.EventsUntil(session.TypeTurnCompleted)
 	fullA := append(seen, restA...)
 	assertIncreasing(t, append(first, fullA...))
 	assertIncreasing(t, restC)

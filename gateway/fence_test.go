@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/session"
@@ -104,8 +105,8 @@ func testFenceCanary(t *testing.T, late string) {
 	b, srvB := storeNode(t, "b", dbURL, cluster, tr, nil, nil)
 
 	tok, _ := a.Auth().Mint("u", []string{"*"}, time.Hour)
-	ws := dialWS(t, srvA.URL, tok)
-	ws.join("session:s1", map[string]any{})
+	ws := phxtest.DialT(t, phxtest.URL(srvA.URL, tok))
+	ws.Join("session:s1", map[string]any{})
 
 	status, _, acc := do(t, "POST", srvA.URL+"/api/sessions/s1/events", testAPIKey, "", `{"data":{"text":"first"}}`)
 	if status != 202 || acc["epoch"] != float64(1) {
@@ -127,7 +128,7 @@ func testFenceCanary(t *testing.T, late string) {
 		t.Fatal(err, tr.Dump())
 	}
 
-	before := ws.barrier()
+	before := ws.Barrier()
 	close(agA.release)
 	if _, err := tr.WaitFor(ctx, trace.Kind("session.fenced", "owner", a.Owner())); err != nil {
 		t.Fatal(err, tr.Dump())
@@ -135,7 +136,7 @@ func testFenceCanary(t *testing.T, late string) {
 	if _, err := tr.WaitFor(ctx, trace.Kind("session.standdown", "owner", a.Owner())); err != nil {
 		t.Fatal(err, tr.Dump())
 	}
-	after := ws.barrier()
+	after := ws.Barrier()
 
 	var epoch1 []string
 	for _, ev := range append(before, after...) {

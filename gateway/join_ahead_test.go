@@ -3,6 +3,8 @@ package gateway
 import (
 	"testing"
 	"time"
+
+	"github.com/relaygw/relay/internal/phxtest"
 )
 
 // TestJoinWithCursorAheadOfLogGetsLiveEvents: a join whose last_event is
@@ -17,13 +19,13 @@ func TestJoinWithCursorAheadOfLogGetsLiveEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := dialWS(t, srv.URL, tok)
-	reply := ws.join("session:ahead", map[string]any{"last_event": map[string]any{"epoch": 1, "seq": 50}})
+	ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+	reply := ws.Join("session:ahead", map[string]any{"last_event": map[string]any{"epoch": 1, "seq": 50}})
 	if reply["recovered"] != false || reply["reason"] != "replay_truncated" {
 		t.Fatalf("join reply %v, want recovered:false replay_truncated", reply)
 	}
 	acc := post(t, srv, "ahead", "hello")
-	evs := ws.eventsUntil("turn_completed")
+	evs := ws.EventsUntil("turn_completed")
 	if len(evs) == 0 || evs[0].Type != "user_event" || float64(evs[0].Seq) != acc["seq"] {
 		t.Fatalf("live events after the join: %+v, want the user_event at %v first", evs, acc["seq"])
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/session"
@@ -36,9 +37,9 @@ func TestPoisonInputRefusedWhileATurnRuns(t *testing.T) {
 	agent := nulReplyAgent{newHoldAgent("")}
 	n, srv := storeNode(t, "a", dbURL, strings.TrimSuffix(prefix, ":"), tr, agent, nil)
 	tok, _ := n.Auth().Mint("u", []string{"*"}, time.Hour)
-	ws := dialWS(t, srv.URL, tok)
-	joinRef := ws.send("", "session:p1", "phx_join", map[string]any{})
-	if f, _ := ws.until(joinRef); !strings.Contains(string(f.Payload), `"status":"ok"`) {
+	ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+	joinRef := ws.Send("", "session:p1", "phx_join", map[string]any{})
+	if f, _ := ws.Until(joinRef); !strings.Contains(string(f.Payload), `"status":"ok"`) {
 		t.Fatalf("join: %s", f.Payload)
 	}
 
@@ -58,7 +59,7 @@ func TestPoisonInputRefusedWhileATurnRuns(t *testing.T) {
 		`{"n":0e-99999,"text":"ok"}`:     session.RuleNumber,
 		`{"n":123456789e301,"t":"fine"}`: session.RuleNumber,
 	}
-	var seen []sessionEvent // every session event the socket got
+	var seen []phxtest.SessionEvent // every session event the socket got
 	for data, rule := range poison {
 		status, _, body := do(t, "POST", srv.URL+"/api/sessions/p1/events", testAPIKey, "", `{"data":`+data+`,"idempotency_key":"k"}`)
 		if msg, _ := body["message"].(string); status != 422 || body["error"] != CodeInvalidInput || !strings.Contains(msg, "input rule "+rule+":") {
@@ -67,8 +68,8 @@ func TestPoisonInputRefusedWhileATurnRuns(t *testing.T) {
 		if len(data) > 1000 {
 			continue // a push this deep passes no frame decoder (nesting over 512 closes the socket with 1007)
 		}
-		ref := ws.send(joinRef, "session:p1", "message", json.RawMessage(`{"data":`+data+`}`))
-		f, evs := ws.until(ref)
+		ref := ws.Send(joinRef, "session:p1", "message", json.RawMessage(`{"data":`+data+`}`))
+		f, evs := ws.Until(ref)
 		var reply struct {
 			Status   string
 			Response struct{ Reason, Message string }
@@ -81,7 +82,7 @@ func TestPoisonInputRefusedWhileATurnRuns(t *testing.T) {
 	}
 
 	close(agent.release)
-	seen = append(seen, ws.eventsUntil(session.TypeTurnCompleted)...)
+	seen = append(seen, ws.EventsUntil(session.TypeTurnCompleted)...)
 	for _, ev := range seen {
 		if ev.Type == session.TypeUserEvent && ev.Seq != 1 {
 			t.Fatalf("a refused input was published: %+v", ev)

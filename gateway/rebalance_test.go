@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
@@ -57,11 +57,11 @@ func (c *testCluster) remove(i int) {
 	c.srvs = slices.Delete(c.srvs, i, i+1)
 }
 
-func posOf(ev sessionEvent) session.Position {
+func posOf(ev phxtest.SessionEvent) session.Position {
 	return session.Position{Epoch: ev.Epoch, Seq: ev.Seq}
 }
 
-func seqsOf(evs []sessionEvent) []int64 {
+func seqsOf(evs []phxtest.SessionEvent) []int64 {
 	out := make([]int64, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Seq
@@ -69,11 +69,11 @@ func seqsOf(evs []sessionEvent) []int64 {
 	return out
 }
 
-func equalSeqs(a, b []sessionEvent) bool { return slices.Equal(seqsOf(a), seqsOf(b)) }
+func equalSeqs(a, b []phxtest.SessionEvent) bool { return slices.Equal(seqsOf(a), seqsOf(b)) }
 
 // assertContiguous fails unless each event's seq is the previous one's plus
 // one (README "Gaps": seq is contiguous within a session).
-func assertContiguous(t *testing.T, evs []sessionEvent) {
+func assertContiguous(t *testing.T, evs []phxtest.SessionEvent) {
 	t.Helper()
 	for i := 1; i < len(evs); i++ {
 		if evs[i].Seq != evs[i-1].Seq+1 {
@@ -109,12 +109,11 @@ func (a stepAgent) Run(ctx context.Context, _ session.Turn, emit session.Emit) (
 // event), drops whatever arrives before the new join reply, and goes on with
 // the replay and the live stream that follow it.
 type gapFollower struct {
-	conn  *websocket.Conn
+	s     *phxtest.Socket
 	topic string
-	ref   int
 
 	last    session.Position
-	events  []sessionEvent // contiguous, after the initial join
+	events  []phxtest.SessionEvent // contiguous, after the initial join
 	gaps    [][2]session.Position
 	rejoins []map[string]any   // join replies of the rejoins
 	dups    []session.Position // events at or before last, after a join reply
@@ -124,34 +123,27 @@ type gapFollower struct {
 func (f *gapFollower) follow(ctx context.Context) error {
 	awaiting := "" // ref of a rejoin in flight
 	for {
-		_, b, err := f.conn.Read(ctx)
+		fr, err := f.s.Read(ctx)
 		if err != nil {
 			return fmt.Errorf("%s: read: %w (have %v, gaps %v)", f.topic, err, seqsOf(f.events), f.gaps)
 		}
-		var raw [5]json.RawMessage
-		if err := json.Unmarshal(b, &raw); err != nil {
-			return fmt.Errorf("bad frame %s: %w", b, err)
-		}
-		var ref, event string
-		_ = json.Unmarshal(raw[1], &ref)
-		_ = json.Unmarshal(raw[3], &event)
 		if awaiting != "" {
-			if event == "phx_reply" && ref == awaiting {
+			if fr.IsReply(awaiting) {
 				var r struct {
 					Status   string         `json:"status"`
 					Response map[string]any `json:"response"`
 				}
-				_ = json.Unmarshal(raw[4], &r)
+				_ = json.Unmarshal(fr.Payload, &r)
 				if r.Status != "ok" {
-					return fmt.Errorf("%s: rejoin refused: %s", f.topic, raw[4])
+					return fmt.Errorf("%s: rejoin refused: %s", f.topic, fr.Payload)
 				}
 				f.rejoins = append(f.rejoins, r.Response)
 				awaiting = ""
 			}
 			continue // the old join's frames, up to the new join's reply
 		}
-		var ev sessionEvent
-		if event == "phx_reply" || json.Unmarshal(raw[4], &ev) != nil || ev.Type == "" {
+		ev, ok := fr.SessionEvent()
+		if !ok {
 			continue
 		}
 		switch {
@@ -173,19 +165,10 @@ func (f *gapFollower) follow(ctx context.Context) error {
 }
 
 func (f *gapFollower) rejoin(ctx context.Context) (string, error) {
-	write := func(joinRef string, event string, payload any) (string, error) {
-		f.ref++
-		ref := strconv.Itoa(f.ref)
-		if joinRef == "" {
-			joinRef = ref
-		}
-		b, _ := json.Marshal([]any{joinRef, ref, f.topic, event, payload})
-		return ref, f.conn.Write(ctx, websocket.MessageText, b)
-	}
-	if _, err := write("", "phx_leave", map[string]any{}); err != nil {
+	if _, err := f.s.Send(ctx, "", f.topic, "phx_leave", map[string]any{}); err != nil {
 		return "", err
 	}
-	return write("", "phx_join", map[string]any{"last_event": f.last})
+	return f.s.Send(ctx, "", f.topic, "phx_join", map[string]any{"last_event": f.last})
 }
 
 // waitReadyAmong waits until every one of nodes is ready with one view hash
@@ -241,9 +224,9 @@ func TestRebalanceGapClosedByRejoin(t *testing.T) {
 
 	followers := make([]*gapFollower, 2)
 	for i, srv := range c.srvs[:2] {
-		ws := dialWS(t, srv.URL, tok)
-		r := ws.join("session:rb", map[string]any{"last_event": map[string]any{"epoch": 0, "seq": 0}})
-		followers[i] = &gapFollower{conn: ws.conn, topic: "session:rb", ref: 100,
+		ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+		r := ws.Join("session:rb", map[string]any{"last_event": map[string]any{"epoch": 0, "seq": 0}})
+		followers[i] = &gapFollower{s: ws.S, topic: "session:rb",
 			last: session.Position{Epoch: int64(r["epoch"].(float64)), Seq: int64(r["seq"].(float64))}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

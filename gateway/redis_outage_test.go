@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
 )
@@ -31,30 +32,30 @@ func TestRedisOutage(t *testing.T) {
 	srvA, srvB := c.srvs[0], c.srvs[1]
 	tok := c.token()
 
-	watcher := dialWS(t, srvB.URL, tok)
-	watcher.join("session:o1", map[string]any{})
+	watcher := phxtest.DialT(t, phxtest.URL(srvB.URL, tok))
+	watcher.Join("session:o1", map[string]any{})
 	post(t, srvA, "o1", "before the outage") // a owns o1
-	before := watcher.eventsUntil(session.TypeTurnCompleted)
+	before := watcher.EventsUntil(session.TypeTurnCompleted)
 	assertContiguous(t, before)
 	beforeLast := posOf(before[len(before)-1])
 
 	// Redis down: the turn still streams live, across nodes.
 	proxy.Cut()
 	post(t, srvA, "o1", "during the outage")
-	during := watcher.eventsUntil(session.TypeTurnCompleted)
-	assertContiguous(t, append(append([]sessionEvent(nil), before...), during...))
+	during := watcher.EventsUntil(session.TypeTurnCompleted)
+	assertContiguous(t, append(append([]phxtest.SessionEvent(nil), before...), during...))
 	if len(during) != 7 {
 		t.Fatalf("watcher got %d live events during the outage, want 7 (user_event, turn_started, 3 deltas, message, turn_completed)", len(during))
 	}
 	duringLast := posOf(during[len(during)-1])
 
 	for i, srv := range c.srvs {
-		ws := dialWS(t, srv.URL, tok)
-		r := ws.join("session:o1", map[string]any{"last_event": beforeLast})
+		ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+		r := ws.Join("session:o1", map[string]any{"last_event": beforeLast})
 		if r["recovered"] != false || r["reason"] != "replay_unavailable" || r["replayed"] != float64(0) {
 			t.Fatalf("join with last_event on %s during the outage: %v, want recovered:false reason replay_unavailable", c.nodes[i].name, r)
 		}
-		plain := dialWS(t, srv.URL, tok).join("session:o1", map[string]any{})
+		plain := phxtest.DialT(t, phxtest.URL(srv.URL, tok)).Join("session:o1", map[string]any{})
 		if plain["recovered"] != true {
 			t.Fatalf("join without last_event on %s during the outage: %v", c.nodes[i].name, plain)
 		}
@@ -69,20 +70,20 @@ func TestRedisOutage(t *testing.T) {
 	// Redis back: new events are logged and replayed again.
 	proxy.Restore()
 	post(t, srvA, "o1", "after it")
-	afterEvs := watcher.eventsUntil(session.TypeTurnCompleted)
-	assertContiguous(t, append(append([]sessionEvent(nil), during...), afterEvs...))
+	afterEvs := watcher.EventsUntil(session.TypeTurnCompleted)
+	assertContiguous(t, append(append([]phxtest.SessionEvent(nil), during...), afterEvs...))
 	for i, srv := range c.srvs {
-		ws := dialWS(t, srv.URL, tok)
-		r := ws.join("session:o1", map[string]any{"last_event": duringLast})
+		ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+		r := ws.Join("session:o1", map[string]any{"last_event": duringLast})
 		if r["recovered"] != true || r["replayed"] != float64(len(afterEvs)) {
 			t.Fatalf("join from the last outage event on %s after restore: %v, want recovered:true replayed %d", c.nodes[i].name, r, len(afterEvs))
 		}
-		got := ws.barrier()
+		got := ws.Barrier()
 		if !equalSeqs(got, afterEvs) {
 			t.Fatalf("replay on %s after restore: %v, want %v", c.nodes[i].name, seqsOf(got), seqsOf(afterEvs))
 		}
 
-		old := dialWS(t, srv.URL, tok).join("session:o1", map[string]any{"last_event": beforeLast})
+		old := phxtest.DialT(t, phxtest.URL(srv.URL, tok)).Join("session:o1", map[string]any{"last_event": beforeLast})
 		if old["recovered"] != false || old["reason"] != "replay_truncated" {
 			t.Fatalf("join from before the outage on %s: %v, want recovered:false reason replay_truncated (the outage's events are not in the log)", c.nodes[i].name, old)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/session"
 )
 
@@ -28,23 +29,23 @@ func TestReplayBiggerThanSocketQueueReachesReader(t *testing.T) {
 		}
 	}
 	tok, _ := node.Auth().Mint("u", []string{"*"}, time.Hour)
-	ws := dialWS(t, srv.URL, tok)
-	ws.conn.SetReadLimit(-1)
-	reply := ws.join("session:big", map[string]any{"last_event": map[string]int{"epoch": 0, "seq": 0}})
+	ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+	ws.Conn().SetReadLimit(-1)
+	reply := ws.Join("session:big", map[string]any{"last_event": map[string]int{"epoch": 0, "seq": 0}})
 	if reply["replayed"] != float64(n) || reply["recovered"] != true {
 		t.Fatalf("join reply %v, want replayed:%d recovered:true", reply, n)
 	}
 	for i := 1; i <= n; i++ {
-		f, err := ws.read(ctx)
+		f, err := ws.Read(ctx)
 		if err != nil {
 			t.Fatalf("replayed event %d: %v", i, err)
 		}
-		var ev sessionEvent
+		var ev phxtest.SessionEvent
 		if err := json.Unmarshal(f.Payload, &ev); err != nil || ev.Seq != int64(i) || len(ev.Data) < size {
 			t.Fatalf("replayed event %d: %v %.80s", i, err, f.Payload)
 		}
 	}
-	ws.barrier()
+	ws.Barrier()
 	if m := node.endpoint.Stats(); m.SlowConsumers != 0 {
 		t.Fatalf("slow consumers: %d", m.SlowConsumers)
 	}

@@ -90,7 +90,8 @@ func DefaultCensusConfig() CensusConfig {
 // (node, peer, inc); census.peer.departed (node, peer, inc, reason:
 // "bye", "timeout", "restarted"); census.counts.accepted (node, from,
 // seq); census.counts.ignored (node, from, reason: "unregistered",
-// "incarnation", "stale").
+// "incarnation", "stale"); census.untracked (node, group), after a
+// tracked member's removal.
 //
 // All methods are safe for concurrent use.
 type Census struct {
@@ -374,7 +375,12 @@ func (c *Census) Dec(group string) {
 func (c *Census) Track(ctx context.Context, group string) (untrack func()) {
 	c.Inc(group)
 	var once sync.Once
-	dec := func() { once.Do(func() { c.Dec(group) }) }
+	dec := func() {
+		once.Do(func() {
+			c.Dec(group)
+			c.tc.Emit("census.untracked", "node", c.self, "group", group)
+		})
+	}
 	stop := context.AfterFunc(ctx, dec)
 	return func() {
 		stop()

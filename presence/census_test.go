@@ -178,9 +178,11 @@ func TestCensusTrack(t *testing.T) {
 		t.Fatalf("Local after untrack twice = %d, want 1", a.Local("g"))
 	}
 	cancel() // AfterFunc runs the decrement on its own goroutine.
-	deadline := time.Now().Add(5 * time.Second)
-	for a.Local("g") != 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	// The first removal was untrack2's.
+	if _, err := f.tr.WaitForN(wctx, trace.Kind("census.untracked", "node", "a", "group", "g"), 2); err != nil {
+		t.Fatal(err)
 	}
 	if a.Local("g") != 0 {
 		t.Fatal("member not removed when its ctx ended")

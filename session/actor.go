@@ -308,6 +308,7 @@ func (a *actor) exit() {
 	a.history, a.pending, a.keys = nil, nil, nil
 	a.publishView()
 	a.m.remove(a)
+	a.m.tr.Emit("session.exited", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch)
 	close(a.done)
 }
 

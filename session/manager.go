@@ -211,8 +211,12 @@ func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, er
 		return Accepted{}, ErrInvalidID
 	}
 	var last error
+	var claimed *Lease // the latest lease this Submit claimed
 	for range maxSubmitAttempts {
 		if err := m.admitting(); err != nil {
+			if claimed != nil && errors.Is(err, ErrDraining) {
+				m.giveBack(ctx, id, *claimed)
+			}
 			return Accepted{}, err
 		}
 		start := m.clock.Now()
@@ -224,7 +228,13 @@ func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, er
 		case err != nil:
 			return Accepted{}, fmt.Errorf("session: accept %q: %w: %w", id, ErrStoreUnavailable, err)
 		}
+		claimed = &l
+		m.tr.Emit("session.claimed", "owner", m.cfg.Owner, "session", id, "epoch", l.Epoch)
 		a, err := m.actorFor(ctx, id, l, start)
+		if errors.Is(err, ErrDraining) {
+			m.giveBack(ctx, id, l)
+			return Accepted{}, err
+		}
 		if errors.Is(err, errRetry) {
 			last = err
 			continue
@@ -290,6 +300,29 @@ func (m *Manager) actorFor(ctx context.Context, id string, l Lease, claimStart t
 	go a.run()
 	m.mu.Unlock()
 	return a, nil
+}
+
+// giveBack releases lease l, claimed by a Submit that met the drain before
+// an actor took the lease over (the claim was in flight when Drain began).
+// Drain hands back only its actors' leases, so without this the lease would
+// be left to lapse and the session refused elsewhere for up to a TTL. An
+// actor of l's epoch still registered claimed before its own release and
+// hands it back itself, finishing its turn first; l is left to it. A
+// failed release (store down, lease already gone) leaves the lease to lapse.
+func (m *Manager) giveBack(ctx context.Context, id string, l Lease) {
+	m.mu.Lock()
+	a := m.actors[id]
+	m.mu.Unlock()
+	if a != nil && a.epoch == l.Epoch {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.StoreTimeout)
+	defer cancel()
+	if err := m.cfg.Leases.Release(rctx, id, m.cfg.Owner, l.Epoch); err != nil {
+		m.log.Debug("draining: claimed lease left to lapse", zap.String("session", id), zap.Error(err))
+		return
+	}
+	m.tr.Emit("session.drain.released", "owner", m.cfg.Owner, "session", id, "epoch", l.Epoch)
 }
 
 // remove forgets a if it is still the registered actor of its session.

@@ -133,3 +133,40 @@ func TestCloseStopsWithoutHandBack(t *testing.T) {
 	}
 	waitFor(t, tr, trace.Kind("session.standdown", "session", "s1"), 1)
 }
+
+// A Submit whose claim is in flight when Drain begins meets the drain
+// before any actor takes the lease over: Drain's actors do not hold it,
+// so Submit itself hands it back, and another node claims at once instead
+// of waiting a TTL (forced ordering: the claim completes, Drain runs, then
+// Submit goes on).
+func TestDrainReleasesLeaseClaimedInFlight(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfg, _, _ := testConfig(st, "a/1", tr)
+		m := startManager(t, cfg)
+		ctx := context.Background()
+
+		tr.Park(trace.Kind("session.claimed", "session", "s1"), trace.Kind("session.drain"))
+		submitted := make(chan error, 1)
+		go func() {
+			_, err := m.Accept(ctx, "s1", textInput("in flight", ""))
+			submitted <- err
+		}()
+		waitFor(t, tr, trace.Kind("session.claimed", "session", "s1"), 1)
+		if err := m.Drain(ctx); err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+		if err := <-submitted; !errors.Is(err, ErrDraining) {
+			t.Fatalf("submit in flight = %v, want ErrDraining", err)
+		}
+		assertNoParkFailures(t, tr)
+		if n := tr.Count(trace.Kind("session.drain.released", "session", "s1", "epoch", int64(1))); n != 1 {
+			t.Fatalf("in-flight claim released %d times, want once\ntrace:\n%s", n, tr.Dump())
+		}
+		l, err := st.leases.Claim(ctx, "s1", "b/1", cfg.LeaseTTL)
+		if err != nil || l.Epoch != 2 {
+			t.Fatalf("b/1 claims s1 after the drain: %+v, %v; want epoch 2 at once", l, err)
+		}
+	})
+}

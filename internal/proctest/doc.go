@@ -6,7 +6,7 @@
 // process outlives its test: cleanup resumes and kills whatever still runs,
 // and on Linux a child also gets SIGKILL when the test binary dies.
 //
-// It also carries the clients such tests need: an HTTP client for the event
-// API that can follow retry directives (Client.Deliver), and a raw Phoenix
-// V2 socket (Socket) that shows exactly what a node sends.
+// It also carries an HTTP client for the event API that can follow retry
+// directives (Client.Deliver). The Phoenix socket client is
+// internal/phxtest.
 package proctest

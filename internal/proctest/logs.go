@@ -103,13 +103,22 @@ func (l *Logs) Count(from int, m Match) int {
 // WaitFor returns the first line at index from or later that matches m,
 // waiting for it until ctx ends.
 func (l *Logs) WaitFor(ctx context.Context, from int, m Match) (string, error) {
+	return l.WaitForN(ctx, from, m, 1)
+}
+
+// WaitForN returns the n-th line (n ≥ 1) at index from or later that
+// matches m, waiting for it until ctx ends.
+func (l *Logs) WaitForN(ctx context.Context, from int, m Match, n int) (string, error) {
+	seen := 0
 	for {
 		l.mu.Lock()
 		for i := from; i < len(l.lines); i++ {
 			if m(l.lines[i]) {
-				line := l.lines[i]
-				l.mu.Unlock()
-				return line, nil
+				if seen++; seen == n {
+					line := l.lines[i]
+					l.mu.Unlock()
+					return line, nil
+				}
 			}
 		}
 		from = max(from, len(l.lines))
@@ -118,7 +127,7 @@ func (l *Logs) WaitFor(ctx context.Context, from int, m Match) (string, error) {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return "", fmt.Errorf("proctest: waiting for a log line: %w", ctx.Err())
+			return "", fmt.Errorf("proctest: waiting for log line %d of a kind (%d seen): %w", n, seen, ctx.Err())
 		}
 	}
 }
