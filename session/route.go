@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/relaygw/relay/internal/trace"
 	"go.uber.org/zap"
 )
 
@@ -168,7 +169,7 @@ func (m *Manager) forward(ctx context.Context, holder, id string, in Input) (Acc
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
 	acc, err := m.cfg.Forwarder.Forward(ctx, holder, ForwardRequest{Session: id, Input: in})
-	m.tr.Emit("session.forward.done", "owner", m.cfg.Owner, "session", id, "holder", holder, "err", err)
+	m.tr.Emit("session.forward.done", "owner", m.cfg.Owner, "session", id, "holder", holder, "err", trace.Err(err))
 	return acc, err
 }
 
@@ -195,6 +196,6 @@ func (m *Manager) refused(id string, err error, remaining time.Duration, hops in
 	if !errors.As(err, &held) && !errors.Is(err, ErrDraining) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrFenced) {
 		m.log.Warn("event refused: ownership undecided", zap.String("session", id), zap.Error(err))
 	}
-	m.tr.Emit("session.route.refused", "owner", m.cfg.Owner, "session", id, "err", err)
+	m.tr.Emit("session.route.refused", "owner", m.cfg.Owner, "session", id, "err", trace.Err(err))
 	return Outcome{Kind: OutcomeRefused, Retry: NewRetryDirective(remaining, m.cfg.LeaseTTL), Err: err, Hops: hops}
 }

@@ -285,3 +285,13 @@ func (t *Tracer) Dump() string {
 	}
 	return b.String()
 }
+
+// Err is the form of an error a trace point records: its message, or "" for
+// nil. Errors are interfaces over values a trace point cannot copy (see Own),
+// so call sites pass Err(err), never err itself.
+func Err(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
