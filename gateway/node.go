@@ -40,17 +40,17 @@ type Node struct {
 	auth           *Authenticator
 	metrics        *metrics
 
-	hub         *channels.Hub
-	endpoint    *channels.Endpoint
-	manager     *session.Manager
-	leases      session.LeaseStore
-	checkpoints session.CheckpointStore
-	replay      session.ReplayLog
-	nc          *nats.Conn
-	scope       *muster.Scope
-	pubsub      *pubsub.PubSub
-	presence    *presence.Tracker
-	census      *presence.Census
+	hub      *channels.Hub
+	endpoint *channels.Endpoint
+	manager  *session.Manager
+	leases   session.LeaseStore
+	store    session.SessionStore
+	replay   session.ReplayLog
+	nc       *nats.Conn
+	scope    *muster.Scope
+	pubsub   *pubsub.PubSub
+	presence *presence.Tracker
+	census   *presence.Census
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
@@ -131,7 +131,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		Owner:          n.Owner(),
 		Agent:          agent,
 		Leases:         n.leases,
-		Checkpoints:    n.checkpoints,
+		Store:          n.store,
+		IdempotencyTTL: cfg.IdempotencyTTL,
+		HistoryWindow:  cfg.HistoryWindow,
 		Log:            n.replay,
 		Publisher:      n.pubsub,
 		LeaseTTL:       cfg.LeaseTTL,
@@ -201,10 +203,10 @@ func (n *Node) connect(_ *http.Request, _ url.Values, authToken string) (any, er
 
 // view reads a session's state for display, with a short timeout and a safe
 // empty default; owner is the live lease holder or "".
-func (n *Node) view(ctx context.Context, id string) (session.State, string) {
+func (n *Node) view(ctx context.Context, id string, q session.HistoryQuery) (session.State, string) {
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
-	st, err := n.manager.State(ctx, id)
+	st, err := n.manager.State(ctx, id, q)
 	if err != nil {
 		n.log.Debug("session view fell back to empty", zap.String("session", id), zap.Error(err))
 		st = session.State{}
@@ -223,7 +225,7 @@ func (n *Node) owner(ctx context.Context, id string) (session.Lease, string) {
 }
 
 // Drain hands the node's work back: readiness goes false, new sockets and
-// events are refused, sessions checkpoint and release their leases (expiry
+// events are refused, sessions finish their turns and release their leases (expiry
 // now, so the next claim elsewhere is immediate), then every socket is closed
 // with 1012 so clients reconnect elsewhere. It returns when done or when ctx
 // ends (docs/OWNERSHIP.md "Drain").

@@ -90,14 +90,15 @@ var (
 // Codes of a RemoteError: what the receiving node's Accept answered, in the
 // session's own terms (the gateway maps them to HTTP and channel replies).
 const (
-	CodeLeaseHeld   = "lease_held"  // another process holds a live lease; Held says which
-	CodeBusy        = "busy"        // ErrBusy
-	CodeDraining    = "draining"    // ErrDraining or ErrClosed: nothing ran
-	CodeFenced      = "fenced"      // ErrFenced: the node lost the session mid-request
-	CodeUnavailable = "unavailable" // the node could not decide (ErrStoreUnavailable or another error): nothing ran
-	CodeInvalidID   = "invalid_id"  // ErrInvalidID
-	CodeBadRequest  = "bad_request" // the forward request could not be decoded
-	CodeInternal    = "internal"    // anything else a node may answer
+	CodeLeaseHeld   = "lease_held"             // another process holds a live lease; Held says which
+	CodeBusy        = "busy"                   // ErrBusy
+	CodeDraining    = "draining"               // ErrDraining or ErrClosed: nothing ran
+	CodeFenced      = "fenced"                 // ErrFenced: the node lost the session mid-request
+	CodeUnavailable = "unavailable"            // the node could not decide (ErrStoreUnavailable or another error): nothing ran
+	CodeInvalidID   = "invalid_id"             // ErrInvalidID
+	CodeKeyReused   = "idempotency_key_reused" // ErrIdempotencyKeyReused: nothing was accepted
+	CodeBadRequest  = "bad_request"            // the forward request could not be decoded
+	CodeInternal    = "internal"               // anything else a node may answer
 )
 
 // RemoteError is an error answered by the node a forward reached. Code is
@@ -105,7 +106,8 @@ const (
 // Held is set for CodeLeaseHeld and keeps the holder, epoch and remaining
 // lease time the database reported to that node. errors.Is and errors.As
 // see through it: Unwrap returns Held, or the sentinel of the code
-// (ErrBusy, ErrDraining, ErrFenced, ErrStoreUnavailable, ErrInvalidID), so
+// (ErrBusy, ErrDraining, ErrFenced, ErrStoreUnavailable, ErrInvalidID,
+// ErrIdempotencyKeyReused), so
 // a remote refusal is classified like a local one.
 type RemoteError struct {
 	Code    string          `json:"code"`
@@ -134,6 +136,8 @@ func (e *RemoteError) Unwrap() error {
 		return ErrStoreUnavailable
 	case CodeInvalidID:
 		return ErrInvalidID
+	case CodeKeyReused:
+		return ErrIdempotencyKeyReused
 	}
 	return nil
 }
@@ -147,6 +151,8 @@ func RemoteErrorOf(err error) *RemoteError {
 		return &RemoteError{Code: CodeLeaseHeld, Message: err.Error(), Held: held}
 	case errors.Is(err, ErrInvalidID):
 		code = CodeInvalidID
+	case errors.Is(err, ErrIdempotencyKeyReused):
+		code = CodeKeyReused
 	case errors.Is(err, ErrBusy):
 		code = CodeBusy
 	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed):

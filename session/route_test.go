@@ -24,7 +24,7 @@ type routeEnv struct {
 	t      *testing.T
 	clock  *session.ManualClock
 	leases *session.MemoryLeaseStore
-	cps    *session.MemoryCheckpointStore
+	cps    *session.MemorySessionStore
 	net    *memforward.Network
 }
 
@@ -34,7 +34,7 @@ func newRouteEnv(t *testing.T) *routeEnv {
 		t:      t,
 		clock:  clock,
 		leases: session.NewMemoryLeaseStore(session.WithMemoryClock(clock.Now)),
-		cps:    session.NewMemoryCheckpointStore(),
+		cps:    session.NewMemorySessionStore(),
 		net:    memforward.New(),
 	}
 	t.Cleanup(e.net.Close)
@@ -45,12 +45,12 @@ func newRouteEnv(t *testing.T) *routeEnv {
 // network under its node name. A nil tracer records nothing.
 func (e *routeEnv) node(owner string, tr *trace.Tracer, tune func(*session.Config)) *session.Manager {
 	cfg := session.Config{
-		Owner:       owner,
-		Leases:      e.leases,
-		Checkpoints: e.cps,
-		Forwarder:   e.net.Forwarder(),
-		LeaseTTL:    routeTTL,
-		Tracer:      tr,
+		Owner:     owner,
+		Leases:    e.leases,
+		Store:     e.cps,
+		Forwarder: e.net.Forwarder(),
+		LeaseTTL:  routeTTL,
+		Tracer:    tr,
 	}
 	if tune != nil {
 		tune(&cfg)
