@@ -157,6 +157,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		}
 		n.closers = append(n.closers, stop)
 	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	n.closers = append(n.closers, rcancel)
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		n.recoverLoop(rctx, cfg.LeaseTTL)
+	}()
 	n.endpoint = channels.NewEndpoint(channels.EndpointConfig{
 		Hub:              n.hub,
 		Connect:          n.connect,
@@ -222,6 +229,32 @@ func (n *Node) owner(ctx context.Context, id string) (session.Lease, string) {
 		return session.Lease{}, ""
 	}
 	return l, l.Owner
+}
+
+// recoverBatch bounds the sessions one recovery pass claims.
+const recoverBatch = 100
+
+// recoverLoop runs the inboxes dead owners left behind (session.Manager.Recover)
+// at start and then every lease TTL, until ctx ends or the node drains.
+func (n *Node) recoverLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.draining.Load() {
+			return
+		}
+		if started, err := n.manager.Recover(ctx, recoverBatch); err != nil {
+			n.log.Warn("recovering unfinished sessions failed", zap.Error(err))
+		} else if started > 0 {
+			n.log.Info("recovered unfinished sessions", zap.Int("sessions", started))
+		}
+		t.Reset(every)
+	}
 }
 
 // Drain hands the node's work back: readiness goes false, new sockets and

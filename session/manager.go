@@ -316,6 +316,44 @@ func (m *Manager) actorFor(ctx context.Context, id string, l Lease, claimStart t
 	return a, nil
 }
 
+// Recover runs inboxes a dead owner left behind (docs/OWNERSHIP.md
+// "Durable inbox and history"): for each session the store lists as
+// unfinished (up to limit) that has no live actor here, it claims the
+// lease. A session another process holds is left to it; one this process
+// takes (the lease lapsed or was handed back) is thawed, which runs its
+// inbox. It returns how many sessions it started. Errors: ErrDraining,
+// ErrClosed, or the store's when it cannot list; a session that cannot be
+// claimed or started is skipped (the next call tries again).
+func (m *Manager) Recover(ctx context.Context, limit int) (int, error) {
+	if err := m.admitting(); err != nil {
+		return 0, err
+	}
+	ids, err := m.cfg.Store.Unfinished(ctx, limit)
+	if err != nil {
+		return 0, fmt.Errorf("session: recover: %w", err)
+	}
+	started := 0
+	for _, id := range ids {
+		m.mu.Lock()
+		a := m.actors[id]
+		m.mu.Unlock()
+		if a != nil && a.ctx.Err() == nil {
+			continue
+		}
+		start := m.clock.Now()
+		l, err := m.cfg.Leases.Claim(ctx, id, m.cfg.Owner, m.cfg.LeaseTTL)
+		if err != nil {
+			continue
+		}
+		if _, err := m.actorFor(ctx, id, l, start); err != nil {
+			continue
+		}
+		started++
+		m.tr.Emit("session.recovered", "owner", m.cfg.Owner, "session", id, "epoch", l.Epoch)
+	}
+	return started, nil
+}
+
 // remove forgets a if it is still the registered actor of its session.
 func (m *Manager) remove(a *actor) {
 	m.mu.Lock()

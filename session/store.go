@@ -98,6 +98,9 @@ type SessionStore interface {
 	// Read returns key's stored state without writing: epoch, seq, inbox and
 	// one page of history (q). ok is false when the session has no row.
 	Read(ctx context.Context, key string, q HistoryQuery) (st StoredSession, ok bool, err error)
+	// Unfinished lists up to limit sessions whose inbox is not empty
+	// (accepted inputs whose turn has not completed), in no set order.
+	Unfinished(ctx context.Context, limit int) ([]string, error)
 }
 
 // ThawQuery bounds what Thaw loads.
@@ -125,6 +128,9 @@ type InboxEntry struct {
 	Input    Input
 	BodyHash [32]byte
 }
+
+// Pos returns the position of the entry's user_event.
+func (e InboxEntry) Pos() Position { return Position{Epoch: e.Epoch, Seq: e.Seq} }
 
 // KeyRecord is one remembered idempotency key: where its input was
 // accepted, the hash of its body, and its age on the store's clock when

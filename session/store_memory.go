@@ -136,6 +136,25 @@ func (s *MemorySessionStore) CompleteTurn(ctx context.Context, key string, epoch
 	return nil
 }
 
+// Unfinished implements SessionStore.
+func (s *MemorySessionStore) Unfinished(ctx context.Context, limit int) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("session: unfinished sessions: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for k, r := range s.rows {
+		if len(out) >= limit {
+			break
+		}
+		if len(r.inbox) > 0 {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
 // Read implements SessionStore.
 func (s *MemorySessionStore) Read(ctx context.Context, key string, q HistoryQuery) (StoredSession, bool, error) {
 	if err := ctx.Err(); err != nil {

@@ -179,6 +179,19 @@ func (s *PostgresSessionStore) CompleteTurn(ctx context.Context, key string, epo
 	return nil
 }
 
+// Unfinished implements SessionStore.
+func (s *PostgresSessionStore) Unfinished(ctx context.Context, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT key FROM session_inbox LIMIT $1`, max(limit, 0))
+	if err == nil {
+		var keys []string
+		keys, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		if err == nil {
+			return keys, nil
+		}
+	}
+	return nil, fmt.Errorf("session: unfinished sessions: %w", err)
+}
+
 // Read implements SessionStore (one batch of reads).
 func (s *PostgresSessionStore) Read(ctx context.Context, key string, q HistoryQuery) (StoredSession, bool, error) {
 	before := q.Before

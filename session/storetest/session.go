@@ -199,6 +199,25 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		}
 	})
 
+	t.Run("UnfinishedListsNonEmptyInboxes", func(t *testing.T) {
+		s := newFixture(t).Store
+		for _, k := range []string{"busy", "done", "idle"} {
+			mustThaw(t, s, k, 1, window)
+		}
+		mustAccept(t, s, "busy", 1, entry(1, 1, "x", ""))
+		mustAccept(t, s, "done", 1, entry(1, 1, "y", ""))
+		if err := s.CompleteTurn(ctx, "done", 1, session.TurnRecord{Input: session.Position{Epoch: 1, Seq: 1}, Seq: 3}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Unfinished(ctx, 10)
+		if err != nil || len(got) != 1 || got[0] != "busy" {
+			t.Fatalf("unfinished = %v, %v; want [busy]", got, err)
+		}
+		if got, err := s.Unfinished(ctx, 0); err != nil || len(got) != 0 {
+			t.Fatalf("unfinished with limit 0 = %v, %v", got, err)
+		}
+	})
+
 	t.Run("SessionsAreIndependent", func(t *testing.T) {
 		s := newFixture(t).Store
 		mustThaw(t, s, "a", 9, window)

@@ -1,0 +1,225 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/trace"
+)
+
+// userEvents returns the texts of a log's user_events, in order.
+func userEvents(t *testing.T, l ReplayLog, id string) []string {
+	t.Helper()
+	var out []string
+	for _, ev := range logEventsOfType(t, l, id, TypeUserEvent) {
+		var d struct {
+			Data struct{ Text string } `json:"data"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, d.Data.Text)
+	}
+	return out
+}
+
+// An input whose inbox write fails is refused with nothing behind it: no
+// user_event logged or published, no seq used (the next input takes the
+// seq it would have had), nothing run later. Checked while a turn runs and
+// while the session is idle.
+func TestInboxWriteFailureRefusesAtomically(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfg.Agent = ag
+	fs := &faultyStore{SessionStore: st.store}
+	cfg.Store = fs
+	m := startManager(t, cfg)
+	ctx := context.Background()
+
+	first := submit(t, m, "s1", "first")
+	<-ag.started
+	for _, phase := range []string{"running", "idle"} {
+		before := state(t, m, "s1").Seq
+		published := len(rec.all())
+		fs.accept.n.Store(1)
+		out := m.Submit(ctx, "s1", textInput("refused "+phase, "k-"+phase))
+		if out.Kind != OutcomeRefused || !errors.Is(out.Err, ErrStoreUnavailable) || out.Retry.After <= 0 {
+			t.Fatalf("%s: submit with the inbox write failing = %+v, want a refusal with a retry directive", phase, out)
+		}
+		if got := rec.all()[published:]; len(got) != 0 {
+			t.Fatalf("%s: published %v for a refused input", phase, types(got))
+		}
+		if seq := state(t, m, "s1").Seq; seq != before {
+			t.Fatalf("%s: seq %d after the refusal, was %d", phase, seq, before)
+		}
+		// The re-send (same key) is a new acceptance at the very next seq.
+		acc, err := m.Accept(ctx, "s1", textInput("refused "+phase, "k-"+phase))
+		if err != nil || acc.Duplicate || acc.Seq != before+1 {
+			t.Fatalf("%s: re-send = %+v, %v; want a new event at seq %d", phase, acc, err, before+1)
+		}
+		if phase == "running" {
+			close(ag.release)
+			waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+		}
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 3)
+	if got, want := userEvents(t, st.log, "s1"), []string{"first", "refused running", "refused idle"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("logged user events %v, want %v", got, want)
+	}
+	hist := messages(loadStored(t, st.store, "s1").History)
+	if len(hist) != 6 || hist[0].Content != "first" || hist[2].Content != "refused running" || hist[4].Content != "refused idle" {
+		t.Fatalf("history %v, want each accepted input once", hist)
+	}
+	evs := logEvents(t, st.log, "s1")
+	for i, ev := range evs {
+		if ev.Seq != first.Seq+int64(i) {
+			t.Fatalf("log seq %d at index %d: a hole after %d", ev.Seq, i, first.Seq+int64(i)-1)
+		}
+	}
+	if s := m.Stats(); s.InboxErrors != 2 || s.StandDowns != 0 {
+		t.Fatalf("stats = %+v, want 2 inbox errors, no stand-down", s)
+	}
+}
+
+// When a user_event is published, its input is already in the store's
+// inbox: a crash of the owner right after cannot lose it.
+func TestInputDurableBeforeUserEvent(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfg.Agent = ag
+	m := startManager(t, cfg)
+	inInbox := make(chan bool, 8)
+	rec.setHook(func(ev Event) {
+		if ev.Type != TypeUserEvent {
+			return
+		}
+		found := false
+		for _, e := range loadStored(t, st.store, "s1").Inbox {
+			found = found || e.Pos() == ev.Pos()
+		}
+		inInbox <- found
+	})
+	submit(t, m, "s1", "idle start")
+	<-ag.started
+	submit(t, m, "s1", "queued")
+	for range 2 {
+		if !<-inInbox {
+			t.Fatal("a user_event was published before its input was in the inbox")
+		}
+	}
+	close(ag.release)
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+}
+
+// A new Manager on the same Postgres schema runs the inputs its dead
+// predecessor accepted: the one whose turn was running (started again from
+// the beginning) and the one queued behind it, each once, found by Recover
+// without any new input.
+func TestRecoverRunsInboxAfterCrash(t *testing.T) {
+	st := clusterStores(t)
+	tr := trace.New()
+	cfgA, _, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfgA.Agent = ag
+	a := NewManager(cfgA) // abandoned mid-turn; closed at the end only
+	defer a.Close()
+	submit(t, a, "s1", "running when it died")
+	<-ag.started
+	submit(t, a, "s1", "queued when it died")
+
+	st.advance(t, cfgA.LeaseTTL+time.Second) // a/1's lease lapses
+	cfgB, recB, _ := testConfig(st, "b/1", tr)
+	b := startManager(t, cfgB)
+	n, err := b.Recover(context.Background(), 10)
+	if err != nil || n != 1 {
+		t.Fatalf("recover = %d, %v; want 1 session started", n, err)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
+	want := []Message{
+		{"user", "running when it died"}, {"assistant", "running when it died"},
+		{"user", "queued when it died"}, {"assistant", "queued when it died"},
+	}
+	stored := loadStored(t, st.store, "s1")
+	if !reflect.DeepEqual(messages(stored.History), want) || len(stored.Inbox) != 0 || stored.Epoch != 2 {
+		t.Fatalf("stored = %+v, want epoch 2, %v, empty inbox", stored, want)
+	}
+	if n := len(recB.ofType(TypeUserEvent)); n != 0 {
+		t.Fatalf("b published %d user events; the inputs were accepted once, by a", n)
+	}
+	// The abandoned owner's turn end is fenced.
+	close(ag.release)
+	waitFor(t, tr, trace.Kind("session.fenced", "owner", "a/1"), 1)
+	if n, err := b.Recover(context.Background(), 10); err != nil || n != 0 {
+		t.Fatalf("second recover = %d, %v; want nothing left", n, err)
+	}
+}
+
+// Through a real Postgres link cut at the inbox write (the lease store is
+// elsewhere and answers): the input is refused, nothing is logged and no
+// seq is used; once the link is back the next input lands at the next seq.
+func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.PostgresURL(t)
+	addr, err := testenv.HostPort(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.Proxy(t, addr)
+	pool, err := pgxpool.New(ctx, proxy.URL(dsn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := memoryStores()
+	st.store = NewPostgresSessionStore(pool)
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	cfg.StoreTimeout = time.Second
+	m := startManager(t, cfg)
+
+	first := submit(t, m, "s1", "before the cut")
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	published := len(rec.all())
+	seq := state(t, m, "s1").Seq
+	proxy.Cut()
+	_, err = m.Accept(ctx, "s1", textInput("during the cut", "k-cut"))
+	if !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("accept while Postgres is cut = %v, want ErrStoreUnavailable", err)
+	}
+	if got := rec.all()[published:]; len(got) != 0 {
+		t.Fatalf("published %v during the cut", types(got))
+	}
+	proxy.Restore()
+	// Connections broken by the cut may be handed out once more; every
+	// failed try is a clean refusal too.
+	var acc Accepted
+	for range 3 {
+		if acc, err = m.Accept(ctx, "s1", textInput("after the cut", "k-after")); err == nil {
+			break
+		}
+		if !errors.Is(err, ErrStoreUnavailable) {
+			t.Fatalf("accept after restore = %v", err)
+		}
+	}
+	if err != nil || acc.Seq != seq+1 || acc.Epoch != first.Epoch {
+		t.Fatalf("accept after restore = %+v, %v; want %d-%d", acc, err, first.Epoch, seq+1)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	if got, want := userEvents(t, st.log, "s1"), []string{"before the cut", "after the cut"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("logged user events %v, want %v", got, want)
+	}
+	if s := m.Stats(); s.StandDowns != 0 {
+		t.Fatalf("stats = %+v, want no stand-down", s)
+	}
+}
