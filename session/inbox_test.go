@@ -223,3 +223,65 @@ func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
 		t.Fatalf("stats = %+v, want no stand-down", s)
 	}
 }
+
+// Idempotency keys are remembered for IdempotencyTTL, measured on the
+// database's clock: a key accepted 23 h ago still answers (duplicate, or
+// refused with another body); at 25 h it is forgotten and the same key
+// is a new event. Store time passes by moving accepted_at into the past.
+func TestKeyRetentionOnDatabaseClock(t *testing.T) {
+	pool := testenv.Postgres(t)
+	st := &stores{leases: NewPostgresLeaseStore(pool), store: NewPostgresSessionStore(pool), log: NewMemoryReplayLog(1000, 0)}
+	ctx := context.Background()
+	age := func(d time.Duration) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, "UPDATE session_keys SET accepted_at = accepted_at - $1::interval", d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := trace.New()
+	// Each owner in turn: a fresh Manager that thaws the keys from the
+	// store, then drains (hands the lease back).
+	owner := func(name string, f func(m *Manager)) {
+		cfg, _, _ := testConfig(st, name, tr)
+		m := startManager(t, cfg)
+		f(m)
+		if err := m.Drain(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var first Accepted
+	owner("a/1", func(m *Manager) {
+		first = submitKey(t, m, "s1", "pay 10", "k1")
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeTurnCompleted), 1)
+	})
+	age(23 * time.Hour)
+	owner("b/1", func(m *Manager) {
+		if _, err := m.Accept(ctx, "s1", textInput("pay 99", "k1")); !errors.Is(err, ErrIdempotencyKeyReused) {
+			t.Fatalf("key at 23 h with another body = %v, want ErrIdempotencyKeyReused", err)
+		}
+		if dup := submitKey(t, m, "s1", "pay 10", "k1"); !dup.Duplicate || dup.Pos() != first.Pos() {
+			t.Fatalf("key at 23 h, same body = %+v, want the duplicate of %+v", dup, first)
+		}
+	})
+	age(2 * time.Hour)
+	owner("c/1", func(m *Manager) {
+		again := submitKey(t, m, "s1", "pay 99", "k1")
+		if again.Duplicate || !first.Pos().Less(again.Pos()) {
+			t.Fatalf("key at 25 h = %+v, want a new event after %+v", again, first)
+		}
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "c/1", "type", TypeTurnCompleted), 1)
+	})
+	var keys int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM session_keys WHERE idem_key = 'k1' AND accepted_at > now() - interval '1 hour'").Scan(&keys); err != nil || keys != 1 {
+		t.Fatalf("k1 rows accepted within the hour: %d (%v), want the new acceptance", keys, err)
+	}
+}
+
+func submitKey(t *testing.T, m *Manager, id, text, key string) Accepted {
+	t.Helper()
+	acc, err := m.Accept(context.Background(), id, textInput(text, key))
+	if err != nil {
+		t.Fatalf("submit %q (key %s) to %s: %v", text, key, id, err)
+	}
+	return acc
+}

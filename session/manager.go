@@ -114,6 +114,9 @@ type Accepted struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
+// Pos returns the position of the input's user_event.
+func (a Accepted) Pos() Position { return Position{Epoch: a.Epoch, Seq: a.Seq} }
+
 // Manager runs the sessions this node owns: one actor goroutine and one
 // renewer goroutine per live session. Safe for concurrent use.
 type Manager struct {
