@@ -22,6 +22,7 @@ const (
 	CodeInvalidSessionID = "invalid_session_id"     // 400: id is not 1–128 chars of [A-Za-z0-9_.:-]
 	CodeInvalidQuery     = "invalid_query"          // 400: a query parameter is out of its documented range
 	CodeKeyReused        = "idempotency_key_reused" // 422: the idempotency key was accepted with another body
+	CodeOutcomeUnknown   = "outcome_unknown"        // 504: the session store did not confirm the event; it may have been accepted
 	CodeUnauthorized     = "unauthorized"           // 401: missing or invalid credentials
 	CodeForbidden        = "forbidden"              // 403: credentials do not allow this session or route
 	CodeNotFound         = "not_found"              // 404: no such session
@@ -90,6 +91,8 @@ func invalidSessionID() *apiError {
 //	  the owner) with another body    → 422 idempotency_key_reused
 //	failed: busy (here or at owner)   → 429 session_busy
 //	failed: forward timeout           → 504 forward_timeout
+//	failed: inbox write unconfirmed
+//	  (here or at the owner)          → 504 outcome_unknown
 //	failed: owner's error, other      → 502 forward_failed
 //
 // The retry directive's delay is the one Submit derived from the holder's
@@ -126,6 +129,8 @@ func (n *Node) answer(out session.Outcome) (acceptedBody, *apiError) {
 			ae = errorf(http.StatusUnprocessableEntity, CodeKeyReused, "this idempotency key was accepted with a different body; nothing was accepted")
 		case errors.Is(err, session.ErrBusy):
 			ae = errorf(http.StatusTooManyRequests, CodeSessionBusy, "the session has too many queued events")
+		case errors.Is(err, session.ErrOutcomeUnknown):
+			ae = errorf(http.StatusGatewayTimeout, CodeOutcomeUnknown, "the session store did not confirm the event; it may have been accepted: re-send with the same idempotency key")
 		case errors.Is(err, session.ErrForwardTimeout):
 			ae = errorf(http.StatusGatewayTimeout, CodeForwardTimeout, "the owner node did not answer in time; the event may have been accepted")
 		case errors.As(err, &remote):

@@ -39,6 +39,10 @@ var emptyObject = json.RawMessage(`{}`)
 // log and published, and the input accepted. A failed write leaves nothing
 // behind: no event, no seq used, nothing that will run; the answer wraps
 // ErrStoreUnavailable (or ErrFenced, which also stands the session down).
+// A write whose outcome is unknown (ErrOutcomeUnknown) is repeated, since
+// it is idempotent, until one lands; if none does, the input may still run
+// (a later owner thaws it), so the answer wraps ErrOutcomeUnknown, never
+// "nothing ran", and the session stands down so that owner settles it.
 func (a *actor) accept(req *submitReq) {
 	a.noticeDrain()
 	if a.draining {
@@ -75,10 +79,14 @@ func (a *actor) accept(req *submitReq) {
 	}
 	p := pendingInput{Input: in, Epoch: a.epoch, Seq: a.seq + 1}
 	a.m.tr.Emit("session.inbox.write", "owner", a.m.cfg.Owner, "session", a.id, "epoch", p.Epoch, "seq", p.Seq)
-	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
-	err = a.m.cfg.Store.Accept(ctx, a.id, a.epoch, InboxEntry{Epoch: p.Epoch, Seq: p.Seq, Input: in, BodyHash: hash}, a.m.cfg.IdempotencyTTL)
-	cancel()
+	err = a.writeInbox(InboxEntry{Epoch: p.Epoch, Seq: p.Seq, Input: in, BodyHash: hash})
 	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
+		a.m.stats.inboxErrors.Add(1)
+		a.m.tr.Emit("session.inbox.unknown", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
+		a.retire(fmt.Errorf("session: inbox write at %v: %w", p.pos(), err))
+		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: inbox write: %w", a.id, err)}
+		return
 	case errors.Is(err, ErrFenced):
 		a.fence("accept", err)
 		req.reply <- submitReply{err: err}
@@ -101,6 +109,47 @@ func (a *actor) accept(req *submitReq) {
 	a.m.stats.accepted.Add(1)
 	a.m.tr.Emit("session.accepted", "owner", a.m.cfg.Owner, "session", a.id, "epoch", p.Epoch, "seq", p.Seq)
 	req.reply <- submitReply{acc: Accepted{Session: a.id, Epoch: p.Epoch, Seq: p.Seq}}
+}
+
+// inboxAttempts bounds the tries of an inbox write whose outcome stays
+// unknown.
+const inboxAttempts = 3
+
+// writeInbox writes e to the inbox (one fenced store write, bounded by
+// StoreTimeout). A write whose outcome is unknown is repeated (it is
+// idempotent) up to inboxAttempts times in all, with a short backoff; the
+// error then still wraps ErrOutcomeUnknown unless a repetition landed.
+func (a *actor) writeInbox(e InboxEntry) error {
+	wait := storeRetryFirst
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
+		err := a.m.cfg.Store.Accept(ctx, a.id, a.epoch, e, a.m.cfg.IdempotencyTTL)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case attempt > 1:
+			// An earlier try may have landed: whatever this one says,
+			// the outcome stays unknown.
+			if !errors.Is(err, ErrOutcomeUnknown) {
+				err = fmt.Errorf("%w (after: %w)", ErrOutcomeUnknown, err)
+			}
+		case !errors.Is(err, ErrOutcomeUnknown):
+			return err
+		}
+		if attempt >= inboxAttempts || a.ctx.Err() != nil {
+			return err
+		}
+		a.m.tr.Emit("session.inbox.retry", "owner", a.m.cfg.Owner, "session", a.id, "attempt", attempt)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-a.ctx.Done():
+			t.Stop()
+			return err
+		}
+		wait = min(2*wait, storeRetryMax)
+	}
 }
 
 // emit gives an event the next position, appends it to the replay log and

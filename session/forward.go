@@ -97,6 +97,7 @@ const (
 	CodeUnavailable = "unavailable"            // the node could not decide (ErrStoreUnavailable or another error): nothing ran
 	CodeInvalidID   = "invalid_id"             // ErrInvalidID
 	CodeKeyReused   = "idempotency_key_reused" // ErrIdempotencyKeyReused: nothing was accepted
+	CodeUnknown     = "outcome_unknown"        // ErrOutcomeUnknown: the input may have been accepted
 	CodeBadRequest  = "bad_request"            // the forward request could not be decoded
 	CodeInternal    = "internal"               // anything else a node may answer
 )
@@ -107,7 +108,7 @@ const (
 // lease time the database reported to that node. errors.Is and errors.As
 // see through it: Unwrap returns Held, or the sentinel of the code
 // (ErrBusy, ErrDraining, ErrFenced, ErrStoreUnavailable, ErrInvalidID,
-// ErrIdempotencyKeyReused), so
+// ErrIdempotencyKeyReused, ErrOutcomeUnknown), so
 // a remote refusal is classified like a local one.
 type RemoteError struct {
 	Code    string          `json:"code"`
@@ -138,6 +139,8 @@ func (e *RemoteError) Unwrap() error {
 		return ErrInvalidID
 	case CodeKeyReused:
 		return ErrIdempotencyKeyReused
+	case CodeUnknown:
+		return ErrOutcomeUnknown
 	}
 	return nil
 }
@@ -153,6 +156,8 @@ func RemoteErrorOf(err error) *RemoteError {
 		code = CodeInvalidID
 	case errors.Is(err, ErrIdempotencyKeyReused):
 		code = CodeKeyReused
+	case errors.Is(err, ErrOutcomeUnknown):
+		code = CodeUnknown
 	case errors.Is(err, ErrBusy):
 		code = CodeBusy
 	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed):

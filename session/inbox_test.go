@@ -193,25 +193,16 @@ func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
 	published := len(rec.all())
 	seq := state(t, m, "s1").Seq
 	proxy.Cut()
+	pool.Reset() // no idle connection: the write cannot reach the server
 	_, err = m.Accept(ctx, "s1", textInput("during the cut", "k-cut"))
-	if !errors.Is(err, ErrStoreUnavailable) {
+	if !errors.Is(err, ErrStoreUnavailable) || errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("accept while Postgres is cut = %v, want ErrStoreUnavailable", err)
 	}
 	if got := rec.all()[published:]; len(got) != 0 {
 		t.Fatalf("published %v during the cut", types(got))
 	}
 	proxy.Restore()
-	// Connections broken by the cut may be handed out once more; every
-	// failed try is a clean refusal too.
-	var acc Accepted
-	for range 3 {
-		if acc, err = m.Accept(ctx, "s1", textInput("after the cut", "k-after")); err == nil {
-			break
-		}
-		if !errors.Is(err, ErrStoreUnavailable) {
-			t.Fatalf("accept after restore = %v", err)
-		}
-	}
+	acc, err := m.Accept(ctx, "s1", textInput("after the cut", "k-after"))
 	if err != nil || acc.Seq != seq+1 || acc.Epoch != first.Epoch {
 		t.Fatalf("accept after restore = %+v, %v; want %d-%d", acc, err, first.Epoch, seq+1)
 	}
@@ -284,4 +275,45 @@ func submitKey(t *testing.T, m *Manager, id, text, key string) Accepted {
 		t.Fatalf("submit %q (key %s) to %s: %v", text, key, id, err)
 	}
 	return acc
+}
+
+// An inbox write whose answer was lost (it landed, the store reported an
+// unknown outcome) is repeated and the input accepted once. When no
+// repetition is confirmed, the answer is ErrOutcomeUnknown (never a
+// refusal), the session stands down, and the next owner runs the input
+// that did land, once: its re-send is a duplicate.
+func TestInboxWriteOutcomeUnknown(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, _ := testConfig(st, "a/1", tr)
+	fs := &faultyStore{SessionStore: st.store}
+	cfg.Store = fs
+	m := startManager(t, cfg)
+	ctx := context.Background()
+
+	fs.acceptLands.n.Store(1)
+	acc := submitKey(t, m, "s1", "answer lost once", "k1")
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	if n := tr.Count(trace.Kind("session.inbox.retry")); n != 1 {
+		t.Fatalf("%d inbox retries, want 1", n)
+	}
+
+	fs.acceptLands.n.Store(-1)
+	out := m.Submit(ctx, "s1", textInput("answer always lost", "k2"))
+	if out.Kind != OutcomeFailed || !errors.Is(out.Err, ErrOutcomeUnknown) {
+		t.Fatalf("submit with every answer lost = %v %v, want failed with ErrOutcomeUnknown", out.Kind, out.Err)
+	}
+	waitFor(t, tr, trace.Kind("session.standdown", "session", "s1"), 1)
+	waitGone(t, m, "s1")
+	fs.acceptLands.n.Store(0)
+
+	dup := submitKey(t, m, "s1", "answer always lost", "k2")
+	if !dup.Duplicate || dup.Epoch != acc.Epoch {
+		t.Fatalf("re-send after the unknown outcome = %+v, want a duplicate at epoch %d", dup, acc.Epoch)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted, "epoch", acc.Epoch+1), 1)
+	want := []Message{{"user", "answer lost once"}, {"assistant", "answer lost once"}, {"user", "answer always lost"}, {"assistant", "answer always lost"}}
+	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, want) {
+		t.Fatalf("history %v, want each input once: %v", got, want)
+	}
 }

@@ -16,6 +16,12 @@ var (
 	// ErrNotOwner is returned by Release when the caller's owner/epoch no
 	// longer match the stored lease (nothing was changed).
 	ErrNotOwner = errors.New("session: lease not held by this owner and epoch")
+	// ErrOutcomeUnknown means a store write failed in a way that does not
+	// tell whether it landed (the statement was sent, no answer came back).
+	// SessionStore.Accept and CompleteTurn are idempotent, so the same write
+	// may be repeated to settle it. Any other write error means nothing
+	// landed.
+	ErrOutcomeUnknown = errors.New("session: store write outcome unknown")
 )
 
 // Lease is a claim on a session key as the lease store reports it.
@@ -86,14 +92,18 @@ type SessionStore interface {
 	// idempotency keys accepted less than q.KeyTTL ago (on the store's
 	// clock), newest q.MaxKeys at most.
 	Thaw(ctx context.Context, key string, epoch int64, q ThawQuery) (Thawed, error)
-	// Accept fences key at epoch, puts in into the inbox, raises the stored
-	// seq to in's seq and, when in has an idempotency key, records it
+	// Accept fences key at epoch, puts in into the inbox (replacing an entry
+	// at the same position, so a repeated write is harmless), raises the
+	// stored seq to in's seq and, when in has an idempotency key, records it
 	// (replacing an entry of the same key); keys older than keyTTL are
-	// pruned on the way. The session must have been thawed at epoch.
+	// pruned on the way. The session must have been thawed at epoch. An
+	// error wrapping ErrOutcomeUnknown may have landed.
 	Accept(ctx context.Context, key string, epoch int64, in InboxEntry, keyTTL time.Duration) error
-	// CompleteTurn fences key at epoch, appends t.Messages to the history,
-	// removes the inbox entry at t.Input (if present) and raises the stored
-	// seq to t.Seq.
+	// CompleteTurn fences key at epoch, raises the stored seq to t.Seq and,
+	// if the inbox holds an entry at t.Input, removes it and appends
+	// t.Messages to the history; without the entry (the turn's end was
+	// written already) the history is left as it is, so a repeated write is
+	// harmless. An error wrapping ErrOutcomeUnknown may have landed.
 	CompleteTurn(ctx context.Context, key string, epoch int64, t TurnRecord) error
 	// Read returns key's stored state without writing: epoch, seq, inbox and
 	// one page of history (q). ok is false when the session has no row.

@@ -36,6 +36,9 @@ func (f *fault) hit(op string) error {
 type faultyStore struct {
 	SessionStore
 	thaw, accept, complete, read fault
+	// acceptLands makes Accept land in the store and then report an
+	// outcome unknown (an answer lost on the way back).
+	acceptLands fault
 }
 
 func (f *faultyStore) Thaw(ctx context.Context, key string, epoch int64, q ThawQuery) (Thawed, error) {
@@ -49,7 +52,13 @@ func (f *faultyStore) Accept(ctx context.Context, key string, epoch int64, in In
 	if err := f.accept.hit("accept"); err != nil {
 		return err
 	}
-	return f.SessionStore.Accept(ctx, key, epoch, in, ttl)
+	err := f.SessionStore.Accept(ctx, key, epoch, in, ttl)
+	if err == nil {
+		if lost := f.acceptLands.hit("accept"); lost != nil {
+			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, lost)
+		}
+	}
+	return err
 }
 
 func (f *faultyStore) CompleteTurn(ctx context.Context, key string, epoch int64, t TurnRecord) error {

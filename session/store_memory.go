@@ -103,7 +103,11 @@ func (s *MemorySessionStore) Accept(ctx context.Context, key string, epoch int64
 		return err
 	}
 	in.Input.Data = slices.Clone(in.Input.Data)
-	r.inbox = append(r.inbox, in)
+	if i := slices.IndexFunc(r.inbox, func(e InboxEntry) bool { return e.Pos() == in.Pos() }); i >= 0 {
+		r.inbox[i] = in
+	} else {
+		r.inbox = append(r.inbox, in)
+	}
 	r.seq = max(r.seq, in.Seq)
 	now := s.opts.now()
 	for k, v := range r.keys {
@@ -128,10 +132,12 @@ func (s *MemorySessionStore) CompleteTurn(ctx context.Context, key string, epoch
 	if err != nil {
 		return err
 	}
-	for _, m := range t.Messages {
-		r.history = append(r.history, StoredMessage{N: int64(len(r.history)) + 1, Turn: t.Input, Message: m})
+	if i := slices.IndexFunc(r.inbox, func(e InboxEntry) bool { return e.Pos() == t.Input }); i >= 0 {
+		r.inbox = slices.Delete(r.inbox, i, i+1)
+		for _, m := range t.Messages {
+			r.history = append(r.history, StoredMessage{N: int64(len(r.history)) + 1, Turn: t.Input, Message: m})
+		}
 	}
-	r.inbox = slices.DeleteFunc(r.inbox, func(e InboxEntry) bool { return e.Epoch == t.Input.Epoch && e.Seq == t.Input.Seq })
 	r.seq = max(r.seq, t.Seq)
 	return nil
 }

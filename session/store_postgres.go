@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -62,7 +63,9 @@ WITH f AS (
     RETURNING key),
 i AS (
     INSERT INTO session_inbox (key, epoch, seq, idem_key, body_hash, input)
-    SELECT key, $3::bigint, $4::bigint, $5::text, $6::bytea, $7::bytea FROM f),
+    SELECT key, $3::bigint, $4::bigint, $5::text, $6::bytea, $7::bytea FROM f
+    ON CONFLICT (key, epoch, seq) DO UPDATE SET idem_key = EXCLUDED.idem_key,
+        body_hash = EXCLUDED.body_hash, input = EXCLUDED.input),
 k AS (
     INSERT INTO session_keys (key, idem_key, epoch, seq, body_hash, accepted_at)
     SELECT key, $5::text, $3::bigint, $4::bigint, $6::bytea, now() FROM f WHERE $5::text <> ''
@@ -74,19 +77,25 @@ p AS (
 SELECT count(*) FROM f`
 
 // completeSQL: $1 key, $2 writer epoch, $3 seq, $4 input epoch, $5 input
-// seq, $6 roles, $7 contents. The history numbers follow history_n.
+// seq, $6 roles, $7 contents. The history numbers follow history_n. The
+// messages are appended only while the input is in the inbox, so a
+// repeated write (after an unknown outcome) appends nothing twice.
 const completeSQL = `
-WITH f AS (
-    UPDATE session_state SET epoch = $2, seq = GREATEST(seq, $3::bigint),
-        history_n = history_n + cardinality($6::text[]), updated_at = now()
-    WHERE key = $1 AND epoch <= $2
-    RETURNING key, history_n),
+WITH p AS (
+    SELECT EXISTS (SELECT 1 FROM session_inbox WHERE key = $1 AND epoch = $4 AND seq = $5) AS live),
+f AS (
+    UPDATE session_state s SET epoch = $2, seq = GREATEST(s.seq, $3::bigint),
+        history_n = s.history_n + CASE WHEN p.live THEN cardinality($6::text[]) ELSE 0 END,
+        updated_at = now()
+    FROM p WHERE s.key = $1 AND s.epoch <= $2
+    RETURNING s.key, s.history_n, p.live),
 d AS (
     DELETE FROM session_inbox b USING f WHERE b.key = f.key AND b.epoch = $4 AND b.seq = $5),
 h AS (
     INSERT INTO session_history (key, n, turn_epoch, turn_seq, role, content)
     SELECT f.key, f.history_n - cardinality($6::text[]) + m.ord, $4, $5, m.role, m.content
-    FROM f, unnest($6::text[], $7::bytea[]) WITH ORDINALITY AS m(role, content, ord))
+    FROM f, unnest($6::text[], $7::bytea[]) WITH ORDINALITY AS m(role, content, ord)
+    WHERE f.live)
 SELECT count(*) FROM f`
 
 const stateSQL = `SELECT epoch, seq, history_n FROM session_state WHERE key = $1`
@@ -152,7 +161,7 @@ func (s *PostgresSessionStore) Accept(ctx context.Context, key string, epoch int
 	var n int64
 	err = s.pool.QueryRow(ctx, acceptSQL, key, epoch, in.Epoch, in.Seq, in.Input.IdempotencyKey, hash, input, keyTTL).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("session: accept %q at %d-%d: %w", key, in.Epoch, in.Seq, err)
+		return fmt.Errorf("session: accept %q at %d-%d: %w", key, in.Epoch, in.Seq, writeErr(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("session: accept %q epoch %d: %w", key, epoch, ErrFenced)
@@ -171,7 +180,7 @@ func (s *PostgresSessionStore) CompleteTurn(ctx context.Context, key string, epo
 	var n int64
 	err := s.pool.QueryRow(ctx, completeSQL, key, epoch, t.Seq, t.Input.Epoch, t.Input.Seq, roles, contents).Scan(&n)
 	if err != nil {
-		return fmt.Errorf("session: complete turn %q at %v: %w", key, t.Input, err)
+		return fmt.Errorf("session: complete turn %q at %v: %w", key, t.Input, writeErr(err))
 	}
 	if n == 0 {
 		return fmt.Errorf("session: complete turn %q epoch %d: %w", key, epoch, ErrFenced)
@@ -219,6 +228,20 @@ func (s *PostgresSessionStore) Read(ctx context.Context, key string, q HistoryQu
 		return StoredSession{}, false, fmt.Errorf("session: read %q: history: %w", key, err)
 	}
 	return st, true, nil
+}
+
+// writeErr marks a failed write statement whose outcome is unknown: one
+// that may have reached the server (no connection failure, and
+// pgconn.SafeToRetry is false) and got no answer from it (a
+// *pgconn.PgError is the server's answer: the statement failed and rolled
+// back).
+func writeErr(err error) error {
+	var pgErr *pgconn.PgError
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &pgErr) || errors.As(err, &connErr) || pgconn.SafeToRetry(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 }
 
 func scanInbox(rows pgx.Rows, err error) ([]InboxEntry, error) {

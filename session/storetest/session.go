@@ -92,6 +92,26 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		}
 	})
 
+	t.Run("RepeatedWritesLandOnce", func(t *testing.T) {
+		s := newFixture(t).Store
+		mustThaw(t, s, "k", 1, window)
+		e := entry(1, 1, "once", "key-1")
+		mustAccept(t, s, "k", 1, e)
+		mustAccept(t, s, "k", 1, e)
+		if st := mustRead(t, s, "k", session.HistoryQuery{Limit: 10}); len(st.Inbox) != 1 {
+			t.Fatalf("inbox after a repeated accept = %+v, want one entry", st.Inbox)
+		}
+		rec := session.TurnRecord{Input: e.Pos(), Seq: 5, Messages: []session.Message{{Role: "user", Content: "once"}, {Role: "assistant", Content: "once"}}}
+		for range 2 {
+			if err := s.CompleteTurn(ctx, "k", 1, rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := mustRead(t, s, "k", session.HistoryQuery{Limit: 10}); st.Total != 2 || len(st.History) != 2 || len(st.Inbox) != 0 {
+			t.Fatalf("after a repeated turn end: total %d history %+v inbox %+v, want the turn once", st.Total, st.History, st.Inbox)
+		}
+	})
+
 	t.Run("StaleEpochFencedOnEveryWrite", func(t *testing.T) {
 		s := newFixture(t).Store
 		mustThaw(t, s, "k", 1, window)
@@ -121,6 +141,7 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		s := newFixture(t).Store
 		mustThaw(t, s, "k", 1, window)
 		for i := 1; i <= 25; i++ {
+			mustAccept(t, s, "k", 1, entry(1, int64(i), fmt.Sprint("q", i), ""))
 			msgs := []session.Message{{Role: "user", Content: fmt.Sprint("q", i)}, {Role: "assistant", Content: fmt.Sprint("a", i)}}
 			if err := s.CompleteTurn(ctx, "k", 1, session.TurnRecord{Input: session.Position{Epoch: 1, Seq: int64(i)}, Messages: msgs, Seq: int64(i)}); err != nil {
 				t.Fatal(err)
