@@ -317,3 +317,53 @@ func TestInboxWriteOutcomeUnknown(t *testing.T) {
 		t.Fatalf("history %v, want each input once: %v", got, want)
 	}
 }
+
+// A Postgres blip at a turn's end (the link cut through the TCP proxy just
+// before the write, restored once a retry is under way) costs no
+// stand-down: the write is retried, the turn completes once, and the
+// session keeps its epoch.
+func TestTurnEndSurvivesPostgresBlip(t *testing.T) {
+	ctx := context.Background()
+	dsn := testenv.PostgresURL(t)
+	addr, err := testenv.HostPort(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.Proxy(t, addr)
+	pool, err := pgxpool.New(ctx, proxy.URL(dsn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := memoryStores()
+	st.store = NewPostgresSessionStore(pool)
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	cfg.StoreTimeout = time.Second
+	m := startManager(t, cfg)
+
+	tr.Park(trace.Kind("session.checkpoint.before"), trace.Kind("test.cut"))
+	tr.Park(trace.Kind("session.checkpoint.retry"), trace.Kind("test.restored"))
+	first := submit(t, m, "s1", "through the blip")
+	waitFor(t, tr, trace.Kind("session.checkpoint.before"), 1)
+	proxy.Cut()
+	tr.Emit("test.cut")
+	waitFor(t, tr, trace.Kind("session.checkpoint.retry"), 1)
+	proxy.Restore()
+	tr.Emit("test.restored")
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	assertNoParkFailures(t, tr)
+	if s := m.Stats(); s.StandDowns != 0 || s.StoreRetries == 0 || s.TurnsCompleted != 1 {
+		t.Fatalf("stats = %+v, want retries and no stand-down", s)
+	}
+	if got := types(rec.ofType(TypeMessage)); len(got) != 1 {
+		t.Fatalf("%d messages published, want 1", len(got))
+	}
+	stored := loadStored(t, st.store, "s1")
+	if !reflect.DeepEqual(messages(stored.History), []Message{{"user", "through the blip"}, {"assistant", "through the blip"}}) || len(stored.Inbox) != 0 {
+		t.Fatalf("stored %+v, want the turn once and an empty inbox", stored)
+	}
+	if acc := submit(t, m, "s1", "after"); acc.Epoch != first.Epoch {
+		t.Fatalf("accepted at %+v after the blip, want epoch %d kept", acc, first.Epoch)
+	}
+}
