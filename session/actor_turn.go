@@ -291,6 +291,7 @@ func (a *actor) finishTurn(res turnResult) {
 	} else {
 		msgs = append(msgs, msg)
 	}
+	// The trace points of the turn-end write keep the name "checkpoint".
 	a.m.tr.Emit("session.checkpoint.before", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq)
 	rec := TurnRecord{Input: t.input.pos(), Messages: msgs, Seq: a.seq + reserve}
 	if err := a.completeTurn(rec); err != nil {

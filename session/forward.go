@@ -82,7 +82,8 @@ var (
 	// but no usable answer came back. The input may have been accepted.
 	ErrForwardFailed = errors.New("session: forward to the owner node failed")
 	// ErrStoreUnavailable means a store the decision needs (the lease
-	// store's claim, the checkpoint load that starts an actor) did not
+	// store's claim, the session store's thaw that starts an actor, the
+	// inbox write that accepts an input) did not
 	// answer. Nothing ran; the caller refuses with a retry directive.
 	ErrStoreUnavailable = errors.New("session: store unavailable")
 )

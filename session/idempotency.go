@@ -35,8 +35,8 @@ type pendingInput struct {
 func (p pendingInput) pos() Position { return Position{Epoch: p.Epoch, Seq: p.Seq} }
 
 // keyEntry remembers one accepted idempotency key: the position of its
-// user_event, the hash of its body (zero: unknown, carried over from a
-// checkpoint document) and when it is forgotten, on the Manager's clock.
+// user_event, the hash of its body (zero: unknown, carried over from an
+// agent_checkpoints document by migration 00003) and when it is forgotten, on the Manager's clock.
 type keyEntry struct {
 	Key     string
 	Pos     Position

@@ -45,7 +45,7 @@ type Config struct {
 	// Remaining - RenewMargin. Default 2 s. Must be shorter than LeaseTTL.
 	RenewMargin time.Duration
 	// IdleTimeout is how long an actor lives without input or turns before
-	// it checkpoints, releases its lease and stops. Default 60 s.
+	// it releases its lease and stops. Default 60 s.
 	IdleTimeout time.Duration
 	// MailboxSize bounds the inputs waiting for one actor; a full mailbox
 	// answers ErrBusy. Default 64.

@@ -10,7 +10,7 @@ import (
 // Errors shared by the stores. Check them with errors.Is / errors.As.
 var (
 	// ErrFenced means a write carried an epoch older than one already stored
-	// (checkpoint) or a position not above the log's top (replay log). The
+	// (session store) or a position not above the log's top (replay log). The
 	// writer no longer owns the session: there is nothing to retry.
 	ErrFenced = errors.New("session: fenced by a newer epoch")
 	// ErrNotOwner is returned by Release when the caller's owner/epoch no
