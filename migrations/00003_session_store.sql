@@ -3,9 +3,10 @@
 -- append-only history and the idempotency keys within their retention. Every
 -- write is one statement that first raises session_state.epoch only if the
 -- stored epoch is not ahead of the writer's; a fenced write changes nothing.
--- Inputs and message contents are stored as bytes (input: the JSON of
--- {type,data,idempotency_key}; content: UTF-8 text), so any accepted input is
--- storable whatever jsonb or text would refuse.
+-- Inputs and message contents are stored as bytes (an input's type and its
+-- data's JSON, never parsed by the store; content: UTF-8 text), so any
+-- accepted input is storable and loadable whatever jsonb, text or a JSON
+-- decoder would refuse.
 --
 -- Existing agent_checkpoints documents are carried over; the table itself is
 -- left in place (no longer written) so a rollback keeps it.
@@ -25,7 +26,8 @@ CREATE TABLE session_inbox (
     seq         bigint      NOT NULL,
     idem_key    text        NOT NULL DEFAULT '',
     body_hash   bytea       NOT NULL,
-    input       bytea       NOT NULL,
+    input_type  bytea       NOT NULL,
+    input_data  bytea       NOT NULL,
     accepted_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (key, epoch, seq)
 );
@@ -63,9 +65,10 @@ FROM agent_checkpoints c, jsonb_array_elements(c.data->'history') WITH ORDINALIT
 WHERE jsonb_typeof(c.data->'history') = 'array';
 
 -- An empty body_hash is unknown: a re-sent key is answered as a duplicate.
-INSERT INTO session_inbox (key, epoch, seq, idem_key, body_hash, input, accepted_at)
+INSERT INTO session_inbox (key, epoch, seq, idem_key, body_hash, input_type, input_data, accepted_at)
 SELECT c.key, (p.v->>'epoch')::bigint, (p.v->>'seq')::bigint, COALESCE(p.v->'input'->>'idempotency_key', ''),
-       '', convert_to((p.v->'input')::text, 'UTF8'), c.updated_at
+       '', convert_to(COALESCE(p.v->'input'->>'type', ''), 'UTF8'),
+       convert_to(COALESCE(p.v->'input'->'data', 'null'::jsonb)::text, 'UTF8'), c.updated_at
 FROM agent_checkpoints c, jsonb_array_elements(c.data->'pending') AS p(v)
 WHERE jsonb_typeof(c.data->'pending') = 'array';
 

@@ -41,7 +41,7 @@ ON CONFLICT (key) DO UPDATE SET epoch = EXCLUDED.epoch, updated_at = EXCLUDED.up
 WHERE s.epoch <= EXCLUDED.epoch
 RETURNING s.seq, COALESCE((SELECT epoch FROM old), 0)`
 
-const inboxSQL = `SELECT epoch, seq, body_hash, input FROM session_inbox WHERE key = $1 ORDER BY epoch, seq`
+const inboxSQL = `SELECT epoch, seq, idem_key, body_hash, input_type, input_data FROM session_inbox WHERE key = $1 ORDER BY epoch, seq`
 
 // historySQL: $1 key, $2 before (exclusive), $3 limit; newest first.
 const historySQL = `
@@ -55,17 +55,18 @@ FROM session_keys WHERE key = $1 AND accepted_at > now() - $2::interval
 ORDER BY accepted_at DESC LIMIT $3`
 
 // acceptSQL: $1 key, $2 writer epoch, $3 input epoch, $4 input seq,
-// $5 idempotency key, $6 body hash, $7 input JSON, $8 key retention.
+// $5 idempotency key, $6 body hash, $7 input type, $8 input data (JSON
+// bytes, stored as they are), $9 key retention.
 const acceptSQL = `
 WITH f AS (
     UPDATE session_state SET epoch = $2, seq = GREATEST(seq, $4::bigint), updated_at = now()
     WHERE key = $1 AND epoch <= $2
     RETURNING key),
 i AS (
-    INSERT INTO session_inbox (key, epoch, seq, idem_key, body_hash, input)
-    SELECT key, $3::bigint, $4::bigint, $5::text, $6::bytea, $7::bytea FROM f
+    INSERT INTO session_inbox (key, epoch, seq, idem_key, body_hash, input_type, input_data)
+    SELECT key, $3::bigint, $4::bigint, $5::text, $6::bytea, $7::bytea, $8::bytea FROM f
     ON CONFLICT (key, epoch, seq) DO UPDATE SET idem_key = EXCLUDED.idem_key,
-        body_hash = EXCLUDED.body_hash, input = EXCLUDED.input),
+        body_hash = EXCLUDED.body_hash, input_type = EXCLUDED.input_type, input_data = EXCLUDED.input_data),
 k AS (
     INSERT INTO session_keys (key, idem_key, epoch, seq, body_hash, accepted_at)
     SELECT key, $5::text, $3::bigint, $4::bigint, $6::bytea, now() FROM f WHERE $5::text <> ''
@@ -73,7 +74,7 @@ k AS (
         body_hash = EXCLUDED.body_hash, accepted_at = EXCLUDED.accepted_at),
 p AS (
     DELETE FROM session_keys d USING f
-    WHERE d.key = f.key AND d.accepted_at < now() - $8::interval AND d.idem_key <> $5::text)
+    WHERE d.key = f.key AND d.accepted_at < now() - $9::interval AND d.idem_key <> $5::text)
 SELECT count(*) FROM f`
 
 // completeSQL: $1 key, $2 writer epoch, $3 seq, $4 input epoch, $5 input
@@ -148,18 +149,19 @@ func (s *PostgresSessionStore) Thaw(ctx context.Context, key string, epoch int64
 
 // Accept implements SessionStore (one statement).
 func (s *PostgresSessionStore) Accept(ctx context.Context, key string, epoch int64, in InboxEntry, keyTTL time.Duration) error {
-	input, err := json.Marshal(in.Input)
-	if err != nil {
-		return fmt.Errorf("session: accept %q: encode input: %w", key, err)
-	}
 	var hash []byte
 	if in.BodyHash != ([32]byte{}) {
 		hash = in.BodyHash[:]
 	} else {
 		hash = []byte{}
 	}
+	data := []byte(in.Input.Data)
+	if data == nil {
+		data = []byte{}
+	}
 	var n int64
-	err = s.pool.QueryRow(ctx, acceptSQL, key, epoch, in.Epoch, in.Seq, in.Input.IdempotencyKey, hash, input, keyTTL).Scan(&n)
+	err := s.pool.QueryRow(ctx, acceptSQL, key, epoch, in.Epoch, in.Seq, in.Input.IdempotencyKey, hash,
+		[]byte(in.Input.Type), data, keyTTL).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("session: accept %q at %d-%d: %w", key, in.Epoch, in.Seq, writeErr(err))
 	}
@@ -250,14 +252,12 @@ func scanInbox(rows pgx.Rows, err error) ([]InboxEntry, error) {
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (InboxEntry, error) {
 		var e InboxEntry
-		var hash, input []byte
-		if err := r.Scan(&e.Epoch, &e.Seq, &hash, &input); err != nil {
+		var hash, typ, data []byte
+		if err := r.Scan(&e.Epoch, &e.Seq, &e.Input.IdempotencyKey, &hash, &typ, &data); err != nil {
 			return e, err
 		}
 		copy(e.BodyHash[:], hash)
-		if err := json.Unmarshal(input, &e.Input); err != nil {
-			return e, fmt.Errorf("inbox entry %d-%d: %w", e.Epoch, e.Seq, err)
-		}
+		e.Input.Type, e.Input.Data = string(typ), json.RawMessage(data)
 		return e, nil
 	})
 }

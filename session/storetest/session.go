@@ -202,6 +202,8 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 			`{"n":1e200000}`,
 			strings.Repeat(`{"a":`, 500) + `1` + strings.Repeat(`}`, 500),
 			`{"text":"é 日本 🎉"}`,
+			// Deeper than any JSON decoder accepts: the store never parses data.
+			strings.Repeat(`[`, 20000) + strings.Repeat(`]`, 20000),
 		}
 		var want []session.InboxEntry
 		for i, d := range datas {
