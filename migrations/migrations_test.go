@@ -143,10 +143,10 @@ func TestCheckpointDocumentsCarriedOver(t *testing.T) {
 		contents != "user:hi,assistant:hi" {
 		t.Fatalf("session_history = %q (%v)", contents, err)
 	}
-	var input string
-	if err := pool.QueryRow(ctx, "SELECT convert_from(input, 'UTF8') FROM session_inbox WHERE key = 's1' AND epoch = 2 AND seq = 7").Scan(&input); err != nil ||
-		!strings.Contains(input, `"next"`) || !strings.Contains(input, `"k2"`) {
-		t.Fatalf("session_inbox input = %q (%v)", input, err)
+	var typ, data, key string
+	if err := pool.QueryRow(ctx, "SELECT convert_from(input_type, 'UTF8'), convert_from(input_data, 'UTF8'), idem_key FROM session_inbox WHERE key = 's1' AND epoch = 2 AND seq = 7").Scan(&typ, &data, &key); err != nil ||
+		typ != "message" || !strings.Contains(data, `"next"`) || key != "k2" {
+		t.Fatalf("session_inbox entry = %q %q %q (%v), want message, the data and k2", typ, data, key, err)
 	}
 	var keys int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM session_keys WHERE key = 's1' AND idem_key = 'k1' AND seq = 5 AND body_hash = ''").Scan(&keys); err != nil || keys != 1 {
