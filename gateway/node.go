@@ -248,9 +248,13 @@ func (n *Node) recoverLoop(ctx context.Context, every time.Duration) {
 		if n.draining.Load() {
 			return
 		}
-		if started, err := n.manager.Recover(ctx, recoverBatch); err != nil {
+		started, err := n.manager.Recover(ctx, recoverBatch)
+		switch {
+		case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrDraining), ctx.Err() != nil:
+			return
+		case err != nil:
 			n.log.Warn("recovering unfinished sessions failed", zap.Error(err))
-		} else if started > 0 {
+		case started > 0:
 			n.log.Info("recovered unfinished sessions", zap.Int("sessions", started))
 		}
 		t.Reset(every)
