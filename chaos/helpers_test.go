@@ -164,16 +164,16 @@ func joinObserver(t *testing.T, c *proctest.Cluster, p *proctest.Proc, id string
 	return s
 }
 
-// dbRow is a session's lease and checkpoint as Postgres holds them.
+// dbRow is a session's lease and session store rows as Postgres holds them.
 type dbRow struct {
 	Owner           string
 	Epoch           int64
 	Remaining       time.Duration // expires_at - now() on the database clock
-	CheckpointEpoch int64
-	Checkpoint      string // the checkpoint document
+	CheckpointEpoch int64         // session_state.epoch
+	Checkpoint      string        // the stored history's contents, space-separated
 }
 
-// readRow reads session id's lease and checkpoint rows.
+// readRow reads session id's lease row and its session store rows.
 func readRow(t *testing.T, c *proctest.Cluster, id string) dbRow {
 	t.Helper()
 	ctx := timeout(t, 10*time.Second)
@@ -190,9 +190,10 @@ func readRow(t *testing.T, c *proctest.Cluster, id string) dbRow {
 		t.Fatalf("lease row of %s: %v", id, err)
 	}
 	r.Remaining = time.Duration(micros) * time.Microsecond
-	err = conn.QueryRow(ctx, `SELECT epoch, data::text FROM agent_checkpoints WHERE key = $1`, id).Scan(&r.CheckpointEpoch, &r.Checkpoint)
+	err = conn.QueryRow(ctx, `SELECT s.epoch, COALESCE(string_agg(convert_from(h.content, 'UTF8'), ' ' ORDER BY h.n), '')
+		FROM session_state s LEFT JOIN session_history h ON h.key = s.key WHERE s.key = $1 GROUP BY s.epoch`, id).Scan(&r.CheckpointEpoch, &r.Checkpoint)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		t.Fatalf("checkpoint row of %s: %v", id, err)
+		t.Fatalf("session row of %s: %v", id, err)
 	}
 	return r
 }

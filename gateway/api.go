@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -125,23 +127,66 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, acc)
 }
 
-// sessionBody is the GET /api/sessions/{id} response.
+// sessionBody is the GET /api/sessions/{id} response: one page of history
+// (README "HTTP API").
 type sessionBody struct {
-	Session string            `json:"session"`
-	Epoch   int64             `json:"epoch"`
-	Seq     int64             `json:"seq"`
-	History []session.Message `json:"history"`
-	Node    string            `json:"node"`
-	Owner   string            `json:"owner"`
+	Session    string                  `json:"session"`
+	Epoch      int64                   `json:"epoch"`
+	Seq        int64                   `json:"seq"`
+	History    []session.StoredMessage `json:"history"`
+	Total      int64                   `json:"total"`
+	NextBefore int64                   `json:"next_before"`
+	Pending    []session.Message       `json:"pending"`
+	Running    bool                    `json:"running"`
+	Node       string                  `json:"node"`
+	Owner      string                  `json:"owner"`
 }
 
-// handleGetSession serves GET /api/sessions/{id}. It is a view: store reads use
-// a short timeout and fall back to an empty state rather than fail.
+// historyQuery parses ?before=<n>&limit=<k>: before a positive message
+// number (absent: the newest page), limit 1 to session.MaxHistoryPage
+// (absent: session.DefaultHistoryPage).
+func historyQuery(r *http.Request) (session.HistoryQuery, *apiError) {
+	var q session.HistoryQuery
+	v := r.URL.Query()
+	if s := v.Get("before"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 1 {
+			return q, errorf(http.StatusBadRequest, CodeInvalidQuery, "before must be a positive message number")
+		}
+		q.Before = n
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > session.MaxHistoryPage {
+			return q, errorf(http.StatusBadRequest, CodeInvalidQuery, fmt.Sprintf("limit must be 1 to %d", session.MaxHistoryPage))
+		}
+		q.Limit = n
+	}
+	return q, nil
+}
+
+// handleGetSession serves GET /api/sessions/{id}?before=&limit=. It is a
+// view: store reads use a short timeout and fall back to an empty state
+// rather than fail.
 func (n *Node) handleGetSession(w http.ResponseWriter, r *http.Request) {
 	id, ok := n.sessionParam(w, r)
 	if !ok {
 		return
 	}
-	st, owner := n.view(r.Context(), id)
-	writeJSON(w, http.StatusOK, sessionBody{Session: id, Epoch: st.Epoch, Seq: st.Seq, History: st.History, Node: n.name, Owner: owner})
+	q, qerr := historyQuery(r)
+	if qerr != nil {
+		writeError(w, qerr)
+		return
+	}
+	st, owner := n.view(r.Context(), id, q)
+	if st.History == nil {
+		st.History = []session.StoredMessage{}
+	}
+	if st.Pending == nil {
+		st.Pending = []session.Message{}
+	}
+	writeJSON(w, http.StatusOK, sessionBody{
+		Session: id, Epoch: st.Epoch, Seq: st.Seq, History: st.History, Total: st.Total, NextBefore: st.NextBefore,
+		Pending: st.Pending, Running: st.Running, Node: n.name, Owner: owner,
+	})
 }

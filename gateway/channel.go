@@ -92,7 +92,7 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	reply := joinReply{Node: n.name, Recovered: true}
 	var res channels.JoinResult
 	if p.LastEvent == nil {
-		st, owner := n.view(ctx, id)
+		st, owner := n.view(ctx, id, session.HistoryQuery{Limit: 1})
 		reply.Epoch, reply.Seq, reply.Owner = st.Epoch, st.Seq, owner
 		res.Response = reply
 		if p.Presence {

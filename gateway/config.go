@@ -24,7 +24,7 @@ type Config struct {
 	AdminToken     string   `name:"admin-token" env:"ADMIN_TOKEN" help:"Bearer token for /admin routes. Empty: admin routes are refused (a random one is printed in development mode)."`
 	AllowedOrigins []string `name:"allowed-origins" env:"ALLOWED_ORIGINS" help:"Origin host patterns allowed to open sockets (e.g. example.com,*.example.com). Same-host and no-Origin requests are always allowed."`
 
-	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"Postgres URL: lease and checkpoint stores. Empty: in-memory."`
+	DatabaseURL string `name:"database-url" env:"DATABASE_URL" help:"Postgres URL: lease and session stores. Empty: in-memory."`
 	RedisURL    string `name:"redis-url" env:"REDIS_URL" help:"Redis URL: replay log. Empty: in-memory."`
 	NATSURL     string `name:"nats-url" env:"NATS_URL" help:"NATS URL: cluster mode (Muster-routed PubSub, forwarding). Empty: single node."`
 	Cluster     string `name:"cluster" env:"CLUSTER" default:"relay" help:"Cluster name; prefixes NATS subjects and Redis keys."`
@@ -52,6 +52,9 @@ type Config struct {
 	CensusInterval time.Duration `name:"census-interval" env:"CENSUS_INTERVAL" default:"5s" help:"How often a node broadcasts its viewer counts per session to the other nodes."`
 
 	DrainWindow time.Duration `name:"drain-window" env:"DRAIN_WINDOW" default:"30s" help:"Time a draining node has to hand back sessions and close sockets."`
+
+	IdempotencyTTL time.Duration `name:"idempotency-ttl" env:"IDEMPOTENCY_TTL" default:"24h" help:"How long an accepted idempotency key is remembered (on the database clock)."`
+	HistoryWindow  int           `name:"history-window" env:"HISTORY_WINDOW" default:"50" help:"Newest history messages a session's agent is given as context."`
 }
 
 // DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".
@@ -64,6 +67,7 @@ func DefaultConfig() Config {
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
+		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50,
 	}
 }
 

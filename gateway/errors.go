@@ -18,19 +18,22 @@ import (
 // and the same codes appear as "reason" in WebSocket error replies. The README
 // table lists them; keep the two in step.
 const (
-	CodeInvalidBody      = "invalid_body"       // 400: body is not the documented JSON shape
-	CodeInvalidSessionID = "invalid_session_id" // 400: id is not 1–128 chars of [A-Za-z0-9_.:-]
-	CodeInvalidInput     = "invalid_input"      // 422: the input contract refuses the event (session.ValidateInput)
-	CodeUnauthorized     = "unauthorized"       // 401: missing or invalid credentials
-	CodeForbidden        = "forbidden"          // 403: credentials do not allow this session or route
-	CodeNotFound         = "not_found"          // 404: no such session
-	CodeBodyTooLarge     = "body_too_large"     // 413: body over MAX_BODY_BYTES
-	CodeUnsupportedMedia = "unsupported_media"  // 415: Content-Type is not application/json
-	CodeSessionBusy      = "session_busy"       // 429: the session's mailbox is full
-	CodeSessionMoving    = "session_moving"     // 503 + retry directive: ownership is elsewhere or undecidable
-	CodeDraining         = "draining"           // 503 + retry directive: this node is draining
-	CodeFenced           = "fenced"             // 409: this node lost the session mid-request
-	CodeInternal         = "internal"           // 500: unexpected server error (logged)
+	CodeInvalidBody      = "invalid_body"           // 400: body is not the documented JSON shape
+	CodeInvalidSessionID = "invalid_session_id"     // 400: id is not 1–128 chars of [A-Za-z0-9_.:-]
+	CodeInvalidQuery     = "invalid_query"          // 400: a query parameter is out of its documented range
+	CodeInvalidInput     = "invalid_input"          // 422: the input contract refuses the event (session.ValidateInput)
+	CodeKeyReused        = "idempotency_key_reused" // 422: the idempotency key was accepted with another body
+	CodeOutcomeUnknown   = "outcome_unknown"        // 504: the session store did not confirm the event; it may have been accepted
+	CodeUnauthorized     = "unauthorized"           // 401: missing or invalid credentials
+	CodeForbidden        = "forbidden"              // 403: credentials do not allow this session or route
+	CodeNotFound         = "not_found"              // 404: no such session
+	CodeBodyTooLarge     = "body_too_large"         // 413: body over MAX_BODY_BYTES
+	CodeUnsupportedMedia = "unsupported_media"      // 415: Content-Type is not application/json
+	CodeSessionBusy      = "session_busy"           // 429: the session's mailbox is full
+	CodeSessionMoving    = "session_moving"         // 503 + retry directive: ownership is elsewhere or undecidable
+	CodeDraining         = "draining"               // 503 + retry directive: this node is draining
+	CodeFenced           = "fenced"                 // 409: this node lost the session mid-request
+	CodeInternal         = "internal"               // 500: unexpected server error (logged)
 )
 
 // RetryDirective is the wire form of a session.RetryDirective: when a client
@@ -85,8 +88,12 @@ func invalidSessionID() *apiError {
 //	refused: lease held, fenced,
 //	  store unavailable, undecided    → 503 session_moving + retry directive
 //	failed: invalid id                → 400 invalid_session_id
+//	failed: key reused (here or at
+//	  the owner) with another body    → 422 idempotency_key_reused
 //	failed: busy (here or at owner)   → 429 session_busy
 //	failed: forward timeout           → 504 forward_timeout
+//	failed: inbox write unconfirmed
+//	  (here or at the owner)          → 504 outcome_unknown
 //	failed: owner's error, other      → 502 forward_failed
 //
 // The retry directive's delay is the one Submit derived from the holder's
@@ -113,14 +120,18 @@ func (n *Node) answer(out session.Outcome) (acceptedBody, *apiError) {
 		case errors.Is(err, session.ErrFenced):
 			ae.Message = "this node lost the session to a newer owner; retry"
 		default:
-			ae.Message = "the lease store is unreachable; nothing was run, retry"
+			ae.Message = "the session's store is unreachable; nothing was accepted or run, retry"
 		}
 	} else {
 		switch {
 		case errors.Is(err, session.ErrInvalidID):
 			ae = invalidSessionID()
+		case errors.Is(err, session.ErrIdempotencyKeyReused):
+			ae = errorf(http.StatusUnprocessableEntity, CodeKeyReused, "this idempotency key was accepted with a different body; nothing was accepted")
 		case errors.Is(err, session.ErrBusy):
 			ae = errorf(http.StatusTooManyRequests, CodeSessionBusy, "the session has too many queued events")
+		case errors.Is(err, session.ErrOutcomeUnknown):
+			ae = errorf(http.StatusGatewayTimeout, CodeOutcomeUnknown, "the session store did not confirm the event; it may have been accepted: re-send with the same idempotency key")
 		case errors.Is(err, session.ErrForwardTimeout):
 			ae = errorf(http.StatusGatewayTimeout, CodeForwardTimeout, "the owner node did not answer in time; the event may have been accepted")
 		case errors.As(err, &remote):

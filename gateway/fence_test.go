@@ -158,7 +158,7 @@ func testFenceCanary(t *testing.T, late string) {
 	}
 	// The checkpoint belongs to epoch 2.
 	var epoch int64
-	if err := pool.QueryRow(context.Background(), `SELECT epoch FROM agent_checkpoints WHERE key = 's1'`).Scan(&epoch); err != nil || epoch != 2 {
+	if err := pool.QueryRow(context.Background(), `SELECT epoch FROM session_state WHERE key = 's1'`).Scan(&epoch); err != nil || epoch != 2 {
 		t.Fatalf("checkpoint epoch = %d (%v), want 2", epoch, err)
 	}
 }

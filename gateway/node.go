@@ -40,17 +40,17 @@ type Node struct {
 	auth           *Authenticator
 	metrics        *metrics
 
-	hub         *channels.Hub
-	endpoint    *channels.Endpoint
-	manager     *session.Manager
-	leases      session.LeaseStore
-	checkpoints session.CheckpointStore
-	replay      session.ReplayLog
-	nc          *nats.Conn
-	scope       *muster.Scope
-	pubsub      *pubsub.PubSub
-	presence    *presence.Tracker
-	census      *presence.Census
+	hub      *channels.Hub
+	endpoint *channels.Endpoint
+	manager  *session.Manager
+	leases   session.LeaseStore
+	store    session.SessionStore
+	replay   session.ReplayLog
+	nc       *nats.Conn
+	scope    *muster.Scope
+	pubsub   *pubsub.PubSub
+	presence *presence.Tracker
+	census   *presence.Census
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
@@ -132,7 +132,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		Owner:          n.Owner(),
 		Agent:          agent,
 		Leases:         n.leases,
-		Checkpoints:    n.checkpoints,
+		Store:          n.store,
+		IdempotencyTTL: cfg.IdempotencyTTL,
+		HistoryWindow:  cfg.HistoryWindow,
 		Log:            n.replay,
 		Publisher:      n.pubsub,
 		LeaseTTL:       cfg.LeaseTTL,
@@ -156,6 +158,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		}
 		n.closers = append(n.closers, stop)
 	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	n.closers = append(n.closers, rcancel)
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		n.recoverLoop(rctx, cfg.LeaseTTL)
+	}()
 	n.endpoint = channels.NewEndpoint(channels.EndpointConfig{
 		Hub:              n.hub,
 		Connect:          n.connect,
@@ -202,10 +211,10 @@ func (n *Node) connect(_ *http.Request, _ url.Values, authToken string) (any, er
 
 // view reads a session's state for display, with a short timeout and a safe
 // empty default; owner is the live lease holder or "".
-func (n *Node) view(ctx context.Context, id string) (session.State, string) {
+func (n *Node) view(ctx context.Context, id string, q session.HistoryQuery) (session.State, string) {
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
-	st, err := n.manager.State(ctx, id)
+	st, err := n.manager.State(ctx, id, q)
 	if err != nil {
 		n.log.Debug("session view fell back to empty", zap.String("session", id), zap.Error(err))
 		st = session.State{}
@@ -223,8 +232,38 @@ func (n *Node) owner(ctx context.Context, id string) (session.Lease, string) {
 	return l, l.Owner
 }
 
+// recoverBatch bounds the sessions one recovery pass claims.
+const recoverBatch = 100
+
+// recoverLoop runs the inboxes dead owners left behind (session.Manager.Recover)
+// at start and then every lease TTL, until ctx ends or the node drains.
+func (n *Node) recoverLoop(ctx context.Context, every time.Duration) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.draining.Load() {
+			return
+		}
+		started, err := n.manager.Recover(ctx, recoverBatch)
+		switch {
+		case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrDraining), ctx.Err() != nil:
+			return
+		case err != nil:
+			n.log.Warn("recovering unfinished sessions failed", zap.Error(err))
+		case started > 0:
+			n.log.Info("recovered unfinished sessions", zap.Int("sessions", started))
+		}
+		t.Reset(every)
+	}
+}
+
 // Drain hands the node's work back: readiness goes false, new sockets and
-// events are refused, sessions checkpoint and release their leases (expiry
+// events are refused, sessions finish their turns and release their leases (expiry
 // now, so the next claim elsewhere is immediate), then every socket is closed
 // with 1012 so clients reconnect elsewhere. It returns when done or when ctx
 // ends (docs/OWNERSHIP.md "Drain").

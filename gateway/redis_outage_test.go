@@ -93,7 +93,7 @@ func TestRedisOutage(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if st, owner := c.nodes[1].view(ctx, "o1"); owner != c.nodes[0].Owner() || st.Seq != afterEvs[len(afterEvs)-1].Seq {
+	if st, owner := c.nodes[1].view(ctx, "o1", session.HistoryQuery{}); owner != c.nodes[0].Owner() || st.Seq != afterEvs[len(afterEvs)-1].Seq {
 		t.Fatalf("b's view of o1: %+v owned by %q", st, owner)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// buildStores picks the lease, checkpoint and replay stores: Postgres when
+// buildStores picks the lease, session and replay stores: Postgres when
 // DATABASE_URL is set (migrations applied at start under an advisory lock),
 // Redis Streams when REDIS_URL is set, in-memory otherwise.
 func (n *Node) buildStores(ctx context.Context) error {
@@ -29,10 +29,10 @@ func (n *Node) buildStores(ctx context.Context) error {
 			return fmt.Errorf("gateway: %w", err)
 		}
 		n.leases = session.NewPostgresLeaseStore(pool)
-		n.checkpoints = session.NewPostgresCheckpointStore(pool)
+		n.store = session.NewPostgresSessionStore(pool)
 	} else {
 		n.leases = session.NewMemoryLeaseStore()
-		n.checkpoints = session.NewMemoryCheckpointStore()
+		n.store = session.NewMemorySessionStore()
 	}
 	if cfg.RedisURL != "" {
 		opt, err := redis.ParseURL(cfg.RedisURL)
@@ -60,7 +60,7 @@ func (n *Node) buildStores(ctx context.Context) error {
 	switch {
 	case cfg.DatabaseURL == "" && cfg.RedisURL == "" && cfg.NATSURL == "":
 		n.mode = "embedded"
-		n.log.Info("single-node mode: in-memory lease, checkpoint and replay stores; nothing survives a restart",
+		n.log.Info("single-node mode: in-memory lease, session and replay stores; nothing survives a restart",
 			zap.String("owner", n.Owner()))
 	case cfg.NATSURL == "":
 		n.mode = "single"

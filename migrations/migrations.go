@@ -45,6 +45,19 @@ func Apply(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	return nil
 }
 
+// UpTo brings schema up to version (and no further), like Apply. Meant
+// for tests of a migration's data conversion.
+func UpTo(ctx context.Context, pool *pgxpool.Pool, schema string, version int64) error {
+	err := run(ctx, pool, schema, func(ctx context.Context, p *goose.Provider) error {
+		_, err := p.UpTo(ctx, version)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("migrations: apply to schema %q up to %d: %w", schema, version, err)
+	}
+	return nil
+}
+
 // Down rolls schema back to version 0, dropping every table the migrations
 // created (goose's own version table stays). Meant for tests.
 func Down(ctx context.Context, pool *pgxpool.Pool, schema string) error {

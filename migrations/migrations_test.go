@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -72,12 +73,12 @@ func TestConcurrentApplyOnFreshSchema(t *testing.T) {
 			t.Errorf("apply %d: %v", i, err)
 		}
 	}
-	want := []string{"agent_checkpoints", "agent_leases", "goose_db_version"}
+	want := []string{"agent_checkpoints", "agent_leases", "goose_db_version", "session_history", "session_inbox", "session_keys", "session_state"}
 	if got := tables(t, pool, schema); !slices.Equal(got, want) {
 		t.Fatalf("tables = %v, want %v", got, want)
 	}
-	if got := appliedVersions(t, pool); !slices.Equal(got, []int64{0, 1, 2}) {
-		t.Fatalf("applied versions = %v, want each of 0, 1, 2 once", got)
+	if got := appliedVersions(t, pool); !slices.Equal(got, []int64{0, 1, 2, 3}) {
+		t.Fatalf("applied versions = %v, want each of 0, 1, 2, 3 once", got)
 	}
 }
 
@@ -108,7 +109,47 @@ func TestDownThenUp(t *testing.T) {
 	if err := migrations.Apply(ctx, pool, schema); err != nil {
 		t.Fatal(err)
 	}
-	if got := tables(t, pool, schema); len(got) != 3 {
+	if got := tables(t, pool, schema); len(got) != 7 {
 		t.Fatalf("tables after re-apply = %v", got)
+	}
+}
+
+// Checkpoint documents written before 00003 are carried over into the
+// session store tables: the fence row, the history, the pending inputs and
+// the idempotency keys (with an unknown body hash).
+func TestCheckpointDocumentsCarriedOver(t *testing.T) {
+	pool, schema := testenv.PostgresSchema(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := migrations.UpTo(ctx, pool, schema, 2); err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"v":1,"seq":7,"history":[{"role":"user","content":"hi"},{"role":"assistant","content":"hi"}],
+		"keys":[{"key":"k1","epoch":2,"seq":5}],
+		"pending":[{"input":{"type":"message","data":{"text":"next"},"idempotency_key":"k2"},"epoch":2,"seq":7}]}`
+	if _, err := pool.Exec(ctx, "INSERT INTO agent_checkpoints (key, epoch, data) VALUES ('s1', 2, $1)", doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Apply(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	var epoch, seq, historyN int64
+	if err := pool.QueryRow(ctx, "SELECT epoch, seq, history_n FROM session_state WHERE key = 's1'").Scan(&epoch, &seq, &historyN); err != nil ||
+		epoch != 2 || seq != 7 || historyN != 2 {
+		t.Fatalf("session_state = %d %d %d (%v), want 2 7 2", epoch, seq, historyN, err)
+	}
+	var contents string
+	if err := pool.QueryRow(ctx, "SELECT string_agg(role || ':' || convert_from(content, 'UTF8'), ',' ORDER BY n) FROM session_history WHERE key = 's1'").Scan(&contents); err != nil ||
+		contents != "user:hi,assistant:hi" {
+		t.Fatalf("session_history = %q (%v)", contents, err)
+	}
+	var typ, data, key string
+	if err := pool.QueryRow(ctx, "SELECT convert_from(input_type, 'UTF8'), convert_from(input_data, 'UTF8'), idem_key FROM session_inbox WHERE key = 's1' AND epoch = 2 AND seq = 7").Scan(&typ, &data, &key); err != nil ||
+		typ != "message" || !strings.Contains(data, `"next"`) || key != "k2" {
+		t.Fatalf("session_inbox entry = %q %q %q (%v), want message, the data and k2", typ, data, key, err)
+	}
+	var keys int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM session_keys WHERE key = 's1' AND idem_key = 'k1' AND seq = 5 AND body_hash = ''").Scan(&keys); err != nil || keys != 1 {
+		t.Fatalf("session_keys: %d rows (%v), want k1 at seq 5 with an unknown hash", keys, err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 // mailbox of inputs, at most one turn goroutine at a time, and a renewer.
 //
 // Lifecycle: the actor is live until a.ctx is cancelled; the cancel cause is
-// why it retires. errHibernated and errDrained retire cleanly (checkpoint,
-// release the lease); every other cause stands the session down (the turn
+// why it retires. errHibernated and errDrained retire cleanly (release the
+// lease; the store already holds everything); every other cause stands the session down (the turn
 // is halted, nothing more is published or written, in-memory state is
 // dropped). a.done closes when the actor has fully stopped.
 type actor struct {
@@ -37,11 +37,13 @@ type actor struct {
 	// releaseErr is set before done closes when a clean retirement could not
 	// hand the lease back.
 	releaseErr error
-	// thawFailed is set before done closes when the checkpoint could not be
-	// loaded or re-written at this epoch.
+	// thawFailed is set before done closes when the session could not be
+	// thawed (fenced, loaded) at this epoch.
 	thawFailed bool
 
-	// Owned by the run goroutine.
+	// Owned by the run goroutine. history is the newest HistoryWindow
+	// messages (the agent's context); pending mirrors the store's inbox
+	// minus the running turn's input.
 	seq      int64
 	history  []Message
 	keys     *keySet
@@ -55,14 +57,13 @@ type actor struct {
 }
 
 // actorView is what readers (State, Sessions) see of the actor's state,
-// republished by the run goroutine after every step. The slices are shared
-// read-only: the run goroutine only appends beyond their length or replaces
-// them.
+// republished by the run goroutine after every step. The slice is shared
+// read-only: the run goroutine only appends beyond its length or replaces
+// it. running is the running turn's input (nil when none runs).
 type actorView struct {
 	seq     int64
-	history []Message
 	pending []pendingInput
-	running bool
+	running *pendingInput
 }
 
 type submitReq struct {
@@ -217,63 +218,54 @@ func (a *actor) stopIdle() {
 }
 
 func (a *actor) publishView() {
-	a.mu.Lock()
-	a.view = actorView{
-		seq:     a.seq,
-		history: a.history[:len(a.history):len(a.history)],
-		pending: a.pending[:len(a.pending):len(a.pending)],
-		running: a.turn != nil,
+	v := actorView{seq: a.seq, pending: a.pending[:len(a.pending):len(a.pending)]}
+	if a.turn != nil {
+		in := a.turn.input
+		v.running = &in
 	}
+	a.mu.Lock()
+	a.view = v
 	a.mu.Unlock()
 }
 
-func (a *actor) state() State {
+// view returns the actor's published view.
+func (a *actor) currentView() actorView {
 	a.mu.Lock()
-	v := a.view
-	a.mu.Unlock()
-	st := State{
-		Session: a.id,
-		Epoch:   a.epoch,
-		Seq:     v.seq,
-		History: append([]Message{}, v.history...),
-		Pending: make([]Message, 0, len(v.pending)),
-		Running: v.running,
-		Source:  SourceActor,
-	}
-	for _, p := range v.pending {
-		st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(p.Input)})
-	}
-	return st
+	defer a.mu.Unlock()
+	return a.view
 }
 
-// thaw loads the checkpoint and writes it back at this actor's epoch at
-// once, so from here on the fence refuses every write of an older owner.
+// thaw fences the session at this actor's epoch and loads what the store
+// holds: from here on the fence refuses every write of an older owner. The
+// inbox's inputs are run in order; one whose turn was running when its
+// owner died starts again from the beginning.
 func (a *actor) thaw() error {
 	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
-	c, ok, err := a.m.cfg.Checkpoints.Load(ctx, a.id)
+	th, err := a.m.cfg.Store.Thaw(ctx, a.id, a.epoch, ThawQuery{
+		HistoryWindow: a.m.cfg.HistoryWindow,
+		KeyTTL:        a.m.cfg.IdempotencyTTL,
+		MaxKeys:       a.m.cfg.MaxIdempotencyKeys,
+	})
 	cancel()
+	if errors.Is(err, ErrFenced) {
+		a.fence("thaw", err)
+		return fmt.Errorf("session: thaw %q: %w", a.id, err)
+	}
 	if err != nil {
-		return fmt.Errorf("session: thaw %q: %w", a.id, err)
+		return fmt.Errorf("session: thaw %q: %w: %w", a.id, ErrStoreUnavailable, err)
 	}
-	var snap snapshot
-	if ok {
-		if snap, err = decodeSnapshot(c.Data); err != nil {
-			return fmt.Errorf("session: thaw %q: %w", a.id, err)
-		}
+	a.seq = th.Seq
+	a.history = make([]Message, 0, len(th.History))
+	for _, m := range th.History {
+		a.history = append(a.history, m.Message)
 	}
-	a.seq = snap.Seq
-	a.history = snap.History
-	a.keys = newKeySet(a.m.cfg.MaxIdempotencyKeys, snap.Keys)
-	a.pending = snap.Pending
-	if err := a.checkpoint(a.ctx, 0); err != nil {
-		if errors.Is(err, ErrFenced) {
-			a.fence("thaw", err)
-		}
-		return fmt.Errorf("session: thaw %q: %w", a.id, err)
+	a.keys = newKeySet(a.m.cfg.MaxIdempotencyKeys, a.m.cfg.IdempotencyTTL, a.m.clock.Now(), th.Keys)
+	for _, e := range th.Inbox {
+		a.pending = append(a.pending, pendingInput{Input: e.Input, Epoch: e.Epoch, Seq: e.Seq})
 	}
 	a.m.stats.thaws.Add(1)
 	a.m.tr.Emit("session.thaw", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch,
-		"seq", a.seq, "from_epoch", c.Epoch, "history", len(a.history), "pending", len(a.pending))
+		"seq", a.seq, "from_epoch", th.FromEpoch, "history", len(a.history), "pending", len(a.pending))
 	return nil
 }
 
@@ -287,8 +279,8 @@ func (a *actor) hibernate() {
 	a.retire(errHibernated)
 }
 
-// exit runs once a.ctx is cancelled. A clean retirement checkpoints and
-// releases the lease; any other stands the session down.
+// exit runs once a.ctx is cancelled. A clean retirement releases the
+// lease; any other stands the session down.
 func (a *actor) exit() {
 	cause := a.cause()
 	a.stopIdle()
@@ -312,19 +304,12 @@ func (a *actor) exit() {
 	close(a.done)
 }
 
-// handBack writes the final checkpoint and releases the lease (expiry now).
-// The renewer has stopped, so nothing extends the lease after the release.
+// handBack releases the lease (expiry now). The store already holds the
+// session: every accepted input is in the inbox and every completed turn in
+// the history. The renewer has stopped, so nothing extends the lease after
+// the release.
 func (a *actor) handBack() {
-	base := context.WithoutCancel(a.ctx)
-	if err := a.checkpoint(base, 0); err != nil {
-		if errors.Is(err, ErrFenced) {
-			a.fence("hand-back", err)
-		}
-		a.releaseErr = fmt.Errorf("session: hand back %q: %w", a.id, err)
-		a.m.log.Warn("session hand-back: checkpoint failed; lease left to lapse", zap.String("session", a.id), zap.Error(err))
-		return
-	}
-	ctx, cancel := context.WithTimeout(base, a.m.cfg.StoreTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(a.ctx), a.m.cfg.StoreTimeout)
 	defer cancel()
 	if err := a.m.cfg.Leases.Release(ctx, a.id, a.m.cfg.Owner, a.epoch); err != nil {
 		a.releaseErr = fmt.Errorf("session: hand back %q: %w", a.id, err)
@@ -335,10 +320,10 @@ func (a *actor) handBack() {
 }
 
 // giveUpLease expires a stood-down actor's lease (only if it is still this
-// owner's at this epoch), so the next claim starts epoch+1 from the last
-// checkpoint. Without it, a claim by this same owner would extend the live
+// owner's at this epoch), so the next claim starts epoch+1 from the store.
+// Without it, a claim by this same owner would extend the live
 // lease at the same epoch, and the new actor would re-use the seqs its
-// predecessor had already logged beyond the checkpoint: every append would
+// predecessor had already logged beyond the stored seq: every append would
 // come back fenced and the session could never run again here. The turn has
 // halted and the renewer has stopped, so nothing runs or renews after this.
 // A failure (store down, another owner) leaves the lease to lapse.

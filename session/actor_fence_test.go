@@ -42,7 +42,8 @@ func testFenceCanary(t *testing.T, st *stores, post string) {
 	if accB.Epoch != 2 {
 		t.Fatalf("B accepted at %+v, want epoch 2 (takeover)", accB)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+	// B thaws A's running input from the inbox and runs it again first.
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
 	// A still believes it owns s1.
 	if info := a.Sessions(); len(info) != 1 || info[0].Epoch != 1 || !info[0].Running {
 		t.Fatalf("A's sessions = %+v, want s1 running at epoch 1", info)
@@ -72,17 +73,17 @@ func testFenceCanary(t *testing.T, st *stores, post string) {
 	if a.Stats().Fenced != 1 {
 		t.Fatalf("A's stats = %+v, want one fence", a.Stats())
 	}
-	c, s := loadSnapshot(t, st.checkpoints, "s1")
-	want := []Message{{"user", "second"}, {"assistant", "second"}}
-	if c.Epoch != 2 || !reflect.DeepEqual(s.History, want) {
-		t.Fatalf("checkpoint = epoch %d %v, want B's: epoch 2 %v", c.Epoch, s.History, want)
+	s := loadStored(t, st.store, "s1")
+	want := []Message{{"user", "first"}, {"assistant", "first"}, {"user", "second"}, {"assistant", "second"}}
+	if s.Epoch != 2 || !reflect.DeepEqual(messages(s.History), want) || len(s.Inbox) != 0 {
+		t.Fatalf("stored = epoch %d %v (inbox %v), want B's: epoch 2 %v", s.Epoch, s.History, s.Inbox, want)
 	}
 	for _, ev := range logEvents(t, st.log, "s1") {
 		if ev.Epoch == 1 && (ev.Type == TypeMessage || ev.Type == TypeTurnCompleted || ev.Type == TypeTurnFailed) {
 			t.Fatalf("A's turn end reached the log: %+v", ev)
 		}
 	}
-	if len(recB.ofType(TypeMessage)) != 1 {
+	if len(recB.ofType(TypeMessage)) != 2 {
 		t.Fatalf("B published %v", types(recB.all()))
 	}
 	// A learns the holder on its next input.

@@ -50,10 +50,10 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 	if err != nil || !ok || l.Remaining > 0 || l.Owner != "a/1" {
 		t.Fatalf("lease after hibernation = %+v %v %v, want a/1's, expired", l, ok, err)
 	}
-	c, s := loadSnapshot(t, st.checkpoints, "s1")
+	s := loadStored(t, st.store, "s1")
 	want := []Message{{"user", "hello"}, {"assistant", "hello"}}
-	if c.Epoch != 1 || s.Seq != 5 || !reflect.DeepEqual(s.History, want) || len(s.Keys) != 1 {
-		t.Fatalf("hibernation checkpoint = epoch %d %+v", c.Epoch, s)
+	if s.Epoch != 1 || s.Seq != 5 || !reflect.DeepEqual(messages(s.History), want) || len(s.Inbox) != 0 {
+		t.Fatalf("stored at hibernation = %+v", s)
 	}
 
 	// The key survives hibernation: the duplicate thaws the actor.
@@ -70,9 +70,9 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 		t.Fatalf("accepted after thaw at %+v, want 2-6", acc)
 	}
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
-	stt, _ := m.State(ctx, "s1")
+	stt := state(t, m, "s1")
 	want = append(want, Message{"user", "world"}, Message{"assistant", "world"})
-	if !reflect.DeepEqual(stt.History, want) {
+	if !reflect.DeepEqual(messages(stt.History), want) {
 		t.Fatalf("history after thaw = %v, want %v", stt.History, want)
 	}
 	assertIncreasing(t, rec.all())
@@ -90,8 +90,8 @@ func TestHibernateRealClock(t *testing.T) {
 	submit(t, m, "s1", "hello")
 	waitFor(t, tr, trace.Kind("session.released", "session", "s1"), 1)
 	waitGone(t, m, "s1")
-	if _, s := loadSnapshot(t, st.checkpoints, "s1"); len(s.History) != 2 {
-		t.Fatalf("checkpoint history %v", s.History)
+	if s := loadStored(t, st.store, "s1"); len(s.History) != 2 {
+		t.Fatalf("stored history %v", s.History)
 	}
 }
 

@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/relaygw/relay/internal/trace"
 )
@@ -67,12 +66,9 @@ func TestSubmitRunsTurnsInSeqOrder(t *testing.T) {
 		assertJSON(t, logged[i].Data, w)
 	}
 
-	stt, err := m.State(context.Background(), "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	stt := state(t, m, "s1")
 	wantHist := []Message{{"user", "hello world"}, {"assistant", "hello world"}, {"user", "again"}, {"assistant", "again"}}
-	if stt.Source != SourceActor || stt.Epoch != 1 || stt.Seq != 11 || !reflect.DeepEqual(stt.History, wantHist) || stt.Running {
+	if stt.Source != SourceActor || stt.Epoch != 1 || stt.Seq != 11 || !reflect.DeepEqual(messages(stt.History), wantHist) || stt.Running || stt.Total != 4 {
 		t.Fatalf("state = %+v, want live actor at 1-11 with %v", stt, wantHist)
 	}
 	if s := m.Stats(); s.Accepted != 2 || s.TurnsCompleted != 2 || s.Thaws != 1 {
@@ -154,8 +150,8 @@ func TestCheckpointWrittenBeforeMessagePublished(t *testing.T) {
 		if ev.Type != TypeMessage {
 			return
 		}
-		_, s := loadSnapshot(t, st.checkpoints, "s1")
-		atMessage <- seen{s.History, s.Seq}
+		s := loadStored(t, st.store, "s1")
+		atMessage <- seen{messages(s.History), s.Seq}
 	})
 	tr.Park(trace.Kind("session.checkpoint.before"), trace.Kind("test.release"))
 
@@ -166,8 +162,8 @@ func TestCheckpointWrittenBeforeMessagePublished(t *testing.T) {
 	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta}) {
 		t.Fatalf("published before the checkpoint: %v", got)
 	}
-	if _, s := loadSnapshot(t, st.checkpoints, "s1"); len(s.History) != 0 {
-		t.Fatalf("checkpoint already holds %v", s.History)
+	if s := loadStored(t, st.store, "s1"); len(s.History) != 0 || len(s.Inbox) != 1 {
+		t.Fatalf("store already holds %v (inbox %v), want no history and the input in the inbox", s.History, s.Inbox)
 	}
 	tr.Emit("test.release")
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
@@ -205,8 +201,8 @@ func TestIdempotencyKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-ag.started
-	// Seen while the first turn still runs (the key is only in memory).
-	dup, err := m.Accept(ctx, "s1", textInput("one again", "k1"))
+	// Seen while the first turn still runs.
+	dup, err := m.Accept(ctx, "s1", textInput("one", "k1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,12 +211,19 @@ func TestIdempotencyKeys(t *testing.T) {
 	}
 	close(ag.release)
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
-	if _, s := loadSnapshot(t, st.checkpoints, "s1"); len(s.Keys) != 1 || s.Keys[0] != (keyEntry{"k1", first.Epoch, first.Seq}) {
-		t.Fatalf("checkpoint keys = %+v, want k1 at %d-%d", s.Keys, first.Epoch, first.Seq)
+	th, err := st.store.Thaw(ctx, "s1", first.Epoch, ThawQuery{KeyTTL: time.Hour, MaxKeys: 10})
+	if err != nil || len(th.Keys) != 1 || th.Keys[0].Key != "k1" || th.Keys[0].Epoch != first.Epoch || th.Keys[0].Seq != first.Seq ||
+		th.Keys[0].BodyHash != InputHash(textInput("one", "")) {
+		t.Fatalf("stored keys = %+v (%v), want k1 at %d-%d with the body's hash", th.Keys, err, first.Epoch, first.Seq)
 	}
-	// Seen after the turn, from memory again.
-	if dup, err = m.Accept(ctx, "s1", textInput("x", "k1")); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
+	// Seen after the turn, from memory again; whitespace in data is not
+	// part of the body.
+	if dup, err = m.Accept(ctx, "s1", Input{Type: "message", Data: json.RawMessage(`{ "text" : "one" }`), IdempotencyKey: "k1"}); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
 		t.Fatalf("late duplicate = %+v, %v", dup, err)
+	}
+	// The same key with another body is refused, and nothing is logged.
+	if _, err := m.Accept(ctx, "s1", textInput("something else", "k1")); !errors.Is(err, ErrIdempotencyKeyReused) {
+		t.Fatalf("key reused with another body = %v, want ErrIdempotencyKeyReused", err)
 	}
 	if n := len(logEventsOfType(t, st.log, "s1", TypeUserEvent)); n != 1 {
 		t.Fatalf("%d user events for one key, want 1", n)
@@ -352,8 +355,8 @@ func TestConcurrentSubmitsToOneSession(t *testing.T) {
 	if users != writers*each {
 		t.Fatalf("%d user events, want %d", users, writers*each)
 	}
-	stt, _ := m.State(context.Background(), "s1")
-	if len(stt.History) != 2*writers*each {
+	stt := state(t, m, "s1")
+	if stt.Total != 2*writers*each {
 		t.Fatalf("history has %d messages, want %d", len(stt.History), 2*writers*each)
 	}
 	// Each writer's inputs were accepted in the order it submitted them.
@@ -436,9 +439,9 @@ func TestAgentErrorEndsTurnFailedAndCheckpointed(t *testing.T) {
 			if err := json.Unmarshal(rec.ofType(TypeTurnFailed)[0].Data, &d); err != nil || d.Error == "" {
 				t.Fatalf("turn_failed data %s", rec.ofType(TypeTurnFailed)[0].Data)
 			}
-			_, s := loadSnapshot(t, st.checkpoints, "s1")
-			if !reflect.DeepEqual(s.History, []Message{{"user", "question"}}) || s.Seq != 4 {
-				t.Fatalf("checkpoint = %+v, want the user message at seq 4", s)
+			s := loadStored(t, st.store, "s1")
+			if !reflect.DeepEqual(messages(s.History), []Message{{"user", "question"}}) || s.Seq != 4 || len(s.Inbox) != 0 {
+				t.Fatalf("stored = %+v, want the user message at seq 4 and an empty inbox", s)
 			}
 			if m.Stats().TurnsFailed != 1 {
 				t.Fatalf("stats %+v", m.Stats())
@@ -468,12 +471,6 @@ func (f agentFunc) Run(ctx context.Context, turn Turn, emit Emit) (Message, erro
 	return f(ctx, turn, emit)
 }
 
-type brokenCheckpoints struct{ CheckpointStore }
-
-func (brokenCheckpoints) Load(context.Context, string) (Checkpoint, bool, error) {
-	return Checkpoint{}, false, errors.New("test: checkpoint store down")
-}
-
 func TestStateSources(t *testing.T) {
 	st := memoryStores()
 	tr := trace.New()
@@ -487,26 +484,28 @@ func TestStateSources(t *testing.T) {
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
 	want := []Message{{"user", "hello"}, {"assistant", "hello"}}
 
-	local, err := a.State(ctx, "s1")
-	if err != nil || local.Source != SourceActor || !reflect.DeepEqual(local.History, want) || local.Seq != 5 {
-		t.Fatalf("local state = %+v, %v", local, err)
+	local := state(t, a, "s1")
+	if local.Source != SourceActor || !reflect.DeepEqual(messages(local.History), want) || local.Seq != 5 {
+		t.Fatalf("local state = %+v", local)
 	}
-	remote, err := b.State(ctx, "s1")
-	if err != nil || remote.Source != SourceCheckpoint || !reflect.DeepEqual(remote.History, want) || remote.Seq != 5 || remote.Epoch != 1 {
-		t.Fatalf("remote state = %+v, %v", remote, err)
+	remote := state(t, b, "s1")
+	if remote.Source != SourceStore || !reflect.DeepEqual(messages(remote.History), want) || remote.Seq != 5 || remote.Epoch != 1 {
+		t.Fatalf("remote state = %+v", remote)
 	}
-	none, err := b.State(ctx, "nobody")
+	none, err := b.State(ctx, "nobody", HistoryQuery{})
 	if err != nil || none.Source != SourceNone || none.History == nil || len(none.History) != 0 {
 		t.Fatalf("state of an unknown session = %+v, %v", none, err)
 	}
 	cfgC, _, _ := testConfig(st, "c/1", tr)
-	cfgC.Checkpoints = brokenCheckpoints{st.checkpoints}
+	broken := &faultyStore{SessionStore: st.store}
+	broken.read.n.Store(-1)
+	cfgC.Store = broken
 	c := startManager(t, cfgC)
-	down, err := c.State(ctx, "s1")
+	down, err := c.State(ctx, "s1", HistoryQuery{})
 	if err != nil || down.Source != SourceUnavailable || len(down.History) != 0 {
 		t.Fatalf("state with the store down = %+v, %v", down, err)
 	}
-	if _, err := c.State(ctx, "bad id"); !errors.Is(err, ErrInvalidID) {
+	if _, err := c.State(ctx, "bad id", HistoryQuery{}); !errors.Is(err, ErrInvalidID) {
 		t.Fatalf("bad id: %v", err)
 	}
 }
@@ -515,11 +514,13 @@ func TestSubmitRefusedWhenThawFails(t *testing.T) {
 	st := memoryStores()
 	tr := trace.New()
 	cfg, rec, _ := testConfig(st, "a/1", tr)
-	cfg.Checkpoints = brokenCheckpoints{st.checkpoints}
+	broken := &faultyStore{SessionStore: st.store}
+	broken.thaw.n.Store(-1)
+	cfg.Store = broken
 	m := startManager(t, cfg)
 	_, err := m.Accept(context.Background(), "s1", textInput("x", ""))
-	if err == nil || !strings.Contains(err.Error(), "checkpoint store down") {
-		t.Fatalf("submit with an unreadable checkpoint = %v", err)
+	if !errors.Is(err, errTestStoreDown) || !errors.Is(err, ErrStoreUnavailable) {
+		t.Fatalf("submit with an unreadable store = %v", err)
 	}
 	if n := tr.Count(trace.Kind("session.thaw")); n != 0 || len(rec.all()) != 0 {
 		t.Fatalf("thawed %d times, published %v", n, types(rec.all()))
@@ -527,26 +528,17 @@ func TestSubmitRefusedWhenThawFails(t *testing.T) {
 	waitGone(t, m, "s1")
 }
 
-// failingSaves fails every Save after the first (the thaw's).
-type failingSaves struct {
-	CheckpointStore
-	saves atomic.Int64
-}
-
-func (f *failingSaves) Save(ctx context.Context, key string, epoch int64, data []byte) error {
-	if f.saves.Add(1) > 1 {
-		return errors.New("test: checkpoint store down")
-	}
-	return f.CheckpointStore.Save(ctx, key, epoch, data)
-}
-
-// A checkpoint that cannot be written at the end of a turn proves nothing
-// about ownership: the session stands down and the message is not published.
-func TestCheckpointFailureStandsDownUnpublished(t *testing.T) {
+// A turn's end that cannot be written proves nothing about ownership: after
+// StoreAttempts tries the session stands down and the message is not
+// published.
+func TestTurnEndFailureStandsDownUnpublished(t *testing.T) {
 	st := memoryStores()
 	tr := trace.New()
 	cfg, rec, _ := testConfig(st, "a/1", tr)
-	cfg.Checkpoints = &failingSaves{CheckpointStore: st.checkpoints}
+	fs := &faultyStore{SessionStore: st.store}
+	fs.complete.n.Store(-1)
+	cfg.Store = fs
+	cfg.StoreAttempts = 2
 	m := startManager(t, cfg)
 	submit(t, m, "s1", "hello")
 	waitFor(t, tr, trace.Kind("session.checkpoint.failed"), 1)
@@ -554,5 +546,38 @@ func TestCheckpointFailureStandsDownUnpublished(t *testing.T) {
 	waitGone(t, m, "s1")
 	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta}) {
 		t.Fatalf("published %v", got)
+	}
+	if n := fs.complete.calls.Load(); n != 2 {
+		t.Fatalf("%d end-of-turn writes, want StoreAttempts = 2", n)
+	}
+	// The input is still in the inbox: the next owner runs it.
+	if s := loadStored(t, st.store, "s1"); len(s.Inbox) != 1 || len(s.History) != 0 {
+		t.Fatalf("stored after the stand-down = %+v, want the input in the inbox", s)
+	}
+}
+
+// A transient store failure at a turn's end is retried: the turn completes
+// with no stand-down.
+func TestTurnEndRetriesTransientFailure(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, _ := testConfig(st, "a/1", tr)
+	fs := &faultyStore{SessionStore: st.store}
+	fs.complete.n.Store(2)
+	cfg.Store = fs
+	m := startManager(t, cfg)
+	submit(t, m, "s1", "hello")
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	if n := tr.Count(trace.Kind("session.checkpoint.retry")); n != 2 {
+		t.Fatalf("%d retries, want 2", n)
+	}
+	if s := m.Stats(); s.StandDowns != 0 || s.StoreRetries != 2 || s.TurnsCompleted != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeMessage, TypeTurnCompleted}) {
+		t.Fatalf("published %v", got)
+	}
+	if s := loadStored(t, st.store, "s1"); len(s.Inbox) != 0 || len(s.History) != 2 {
+		t.Fatalf("stored = %+v, want the turn in the history and an empty inbox", s)
 	}
 }

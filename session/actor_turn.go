@@ -30,9 +30,19 @@ type emitReq struct {
 
 var emptyObject = json.RawMessage(`{}`)
 
-// accept records an input as a user_event at the next position, unless its
-// idempotency key was seen: then the original position comes back as a
-// duplicate and nothing runs.
+// accept takes an input in (docs/OWNERSHIP.md "Durable inbox and
+// history"). A known idempotency key answers the original position as a
+// duplicate when the body is the same (InputHash), and
+// ErrIdempotencyKeyReused when it is not. Otherwise the input is written to
+// the store's inbox at the next (epoch, seq), with its key, by one fenced
+// write; only once that landed is the user_event appended to the replay
+// log and published, and the input accepted. A failed write leaves nothing
+// behind: no event, no seq used, nothing that will run; the answer wraps
+// ErrStoreUnavailable (or ErrFenced, which also stands the session down).
+// A write whose outcome is unknown (ErrOutcomeUnknown) is repeated, since
+// it is idempotent, until one lands; if none does, the input may still run
+// (a later owner thaws it), so the answer wraps ErrOutcomeUnknown, never
+// "nothing ran", and the session stands down so that owner settles it.
 func (a *actor) accept(req *submitReq) {
 	a.noticeDrain()
 	if a.draining {
@@ -41,11 +51,17 @@ func (a *actor) accept(req *submitReq) {
 	}
 	in := req.in
 	a.stopIdle()
+	hash := InputHash(in)
 	if in.IdempotencyKey != "" {
-		if p, ok := a.keys.lookup(in.IdempotencyKey); ok {
+		if e, ok := a.keys.lookup(in.IdempotencyKey, a.m.clock.Now()); ok {
+			if e.Hash != ([32]byte{}) && e.Hash != hash {
+				a.m.tr.Emit("session.key_reused", "owner", a.m.cfg.Owner, "session", a.id, "key", in.IdempotencyKey)
+				req.reply <- submitReply{err: fmt.Errorf("session: submit %q: key %q accepted at %v: %w", a.id, in.IdempotencyKey, e.Pos, ErrIdempotencyKeyReused)}
+				return
+			}
 			a.m.stats.duplicates.Add(1)
 			a.m.tr.Emit("session.duplicate", "owner", a.m.cfg.Owner, "session", a.id, "key", in.IdempotencyKey)
-			req.reply <- submitReply{acc: Accepted{Session: a.id, Epoch: p.Epoch, Seq: p.Seq, Duplicate: true}}
+			req.reply <- submitReply{acc: Accepted{Session: a.id, Epoch: e.Pos.Epoch, Seq: e.Pos.Seq, Duplicate: true}}
 			return
 		}
 	}
@@ -61,32 +77,79 @@ func (a *actor) accept(req *submitReq) {
 		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: encode input: %w", a.id, err)}
 		return
 	}
-	ev, err := a.emit(TypeUserEvent, data)
-	if err != nil {
+	p := pendingInput{Input: in, Epoch: a.epoch, Seq: a.seq + 1}
+	a.m.tr.Emit("session.inbox.write", "owner", a.m.cfg.Owner, "session", a.id, "epoch", p.Epoch, "seq", p.Seq)
+	err = a.writeInbox(InboxEntry{Epoch: p.Epoch, Seq: p.Seq, Input: in, BodyHash: hash})
+	switch {
+	case errors.Is(err, ErrOutcomeUnknown):
+		a.m.stats.inboxErrors.Add(1)
+		a.m.tr.Emit("session.inbox.unknown", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
+		a.retire(fmt.Errorf("session: inbox write at %v: %w", p.pos(), err))
+		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: inbox write: %w", a.id, err)}
+		return
+	case errors.Is(err, ErrFenced):
+		a.fence("accept", err)
 		req.reply <- submitReply{err: err}
 		return
+	case err != nil:
+		a.m.stats.inboxErrors.Add(1)
+		a.m.tr.Emit("session.inbox.failed", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
+		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: inbox write: %w: %w", a.id, ErrStoreUnavailable, err)}
+		return
 	}
-	a.keys.add(in.IdempotencyKey, ev.Pos())
-	a.pending = append(a.pending, pendingInput{Input: in, Epoch: ev.Epoch, Seq: ev.Seq})
-	if a.turn != nil {
-		// Queued behind a running turn: without a checkpoint now, the
-		// accepted input and its key would live only in memory until the
-		// turn ends, and a crash of this node would lose them. A failed
-		// write answers the submit with its error (the input stays queued
-		// here; a re-send with its key is a duplicate).
-		if err := a.checkpoint(a.ctx, 0); err != nil {
-			if errors.Is(err, ErrFenced) {
-				a.fence("accept", err)
-			}
-			a.publishView()
-			req.reply <- submitReply{err: err}
-			return
-		}
+	a.keys.add(keyEntry{Key: in.IdempotencyKey, Pos: p.pos(), Hash: hash, Expires: a.m.clock.Now().Add(a.m.cfg.IdempotencyTTL)})
+	a.pending = append(a.pending, p)
+	// The input is durable from here: whatever happens to this actor, it
+	// runs (here, or on the owner that thaws the inbox next), so the answer
+	// is 202 even if the user_event cannot be logged or published.
+	if _, err := a.emit(TypeUserEvent, data); err != nil {
+		a.m.log.Warn("accepted input's user_event not emitted", zap.String("session", a.id), zap.Stringer("pos", p.pos()), zap.Error(err))
 	}
 	a.publishView()
 	a.m.stats.accepted.Add(1)
-	a.m.tr.Emit("session.accepted", "owner", a.m.cfg.Owner, "session", a.id, "epoch", ev.Epoch, "seq", ev.Seq)
-	req.reply <- submitReply{acc: Accepted{Session: a.id, Epoch: ev.Epoch, Seq: ev.Seq}}
+	a.m.tr.Emit("session.accepted", "owner", a.m.cfg.Owner, "session", a.id, "epoch", p.Epoch, "seq", p.Seq)
+	req.reply <- submitReply{acc: Accepted{Session: a.id, Epoch: p.Epoch, Seq: p.Seq}}
+}
+
+// inboxAttempts bounds the tries of an inbox write whose outcome stays
+// unknown.
+const inboxAttempts = 3
+
+// writeInbox writes e to the inbox (one fenced store write, bounded by
+// StoreTimeout). A write whose outcome is unknown is repeated (it is
+// idempotent) up to inboxAttempts times in all, with a short backoff; the
+// error then still wraps ErrOutcomeUnknown unless a repetition landed.
+func (a *actor) writeInbox(e InboxEntry) error {
+	wait := storeRetryFirst
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
+		err := a.m.cfg.Store.Accept(ctx, a.id, a.epoch, e, a.m.cfg.IdempotencyTTL)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case attempt > 1:
+			// An earlier try may have landed: whatever this one says,
+			// the outcome stays unknown.
+			if !errors.Is(err, ErrOutcomeUnknown) {
+				err = fmt.Errorf("%w (after: %w)", ErrOutcomeUnknown, err)
+			}
+		case !errors.Is(err, ErrOutcomeUnknown):
+			return err
+		}
+		if attempt >= inboxAttempts || a.ctx.Err() != nil {
+			return err
+		}
+		a.m.tr.Emit("session.inbox.retry", "owner", a.m.cfg.Owner, "session", a.id, "attempt", attempt)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-a.ctx.Done():
+			t.Stop()
+			return err
+		}
+		wait = min(2*wait, storeRetryMax)
+	}
 }
 
 // emit gives an event the next position, appends it to the replay log and
@@ -128,8 +191,8 @@ func (a *actor) emit(typ string, data json.RawMessage) (Event, error) {
 }
 
 // startTurn takes the oldest pending input and runs its turn in a new
-// goroutine. The user's message joins the history now; the agent sees the
-// history before it.
+// goroutine. The agent sees the history window before it; the input stays
+// in the store's inbox until its turn's end is written.
 func (a *actor) startTurn() {
 	p := a.pending[0]
 	a.pending = a.pending[1:]
@@ -137,13 +200,13 @@ func (a *actor) startTurn() {
 		a.pending = nil
 	}
 	before := append([]Message(nil), a.history...)
-	a.history = append(a.history, Message{Role: "user", Content: inputText(p.Input)})
 	if _, err := a.emit(TypeTurnStarted, emptyObject); err != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.turn = &turnRun{ctx: ctx, cancel: cancel, input: p}
-	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq)
+	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
+		"input_epoch", p.Epoch, "input_seq", p.Seq)
 	turn := Turn{Session: a.id, Input: p.Input, History: before}
 	a.m.wg.Add(1)
 	go func() {
@@ -204,11 +267,13 @@ func (a *actor) handleEmit(req *emitReq) {
 	req.reply <- err
 }
 
-// finishTurn ends the turn: the fenced checkpoint is written first, and only
+// finishTurn ends the turn: its end is written to the store first (the
+// user message and the answer appended to the history, the input removed
+// from the inbox, the seq covering the events about to go out), and only
 // then are the final message and turn_completed (or turn_failed) appended
-// and published. A fenced checkpoint stands the session down with nothing
-// more published; so does a checkpoint that could not be written at all,
-// since this node can then no longer prove it owns the session.
+// and published. A fenced write stands the session down with nothing more
+// published; so does a write that failed StoreAttempts times, since this
+// node can then no longer prove it owns the session.
 func (a *actor) finishTurn(res turnResult) {
 	t := a.turn
 	a.turn = nil
@@ -219,14 +284,17 @@ func (a *actor) finishTurn(res turnResult) {
 	failed := res.err != nil
 	msg := res.msg
 	msg.Role = "assistant"
+	msgs := []Message{{Role: "user", Content: inputText(t.input.Input)}}
 	reserve := int64(2) // message + turn_completed
 	if failed {
 		reserve = 1 // turn_failed
 	} else {
-		a.history = append(a.history, msg)
+		msgs = append(msgs, msg)
 	}
+	// The trace points of the turn-end write keep the name "checkpoint".
 	a.m.tr.Emit("session.checkpoint.before", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq)
-	if err := a.checkpoint(a.ctx, reserve); err != nil {
+	rec := TurnRecord{Input: t.input.pos(), Messages: msgs, Seq: a.seq + reserve}
+	if err := a.completeTurn(rec); err != nil {
 		if errors.Is(err, ErrFenced) {
 			a.fence("checkpoint", err)
 			return
@@ -234,6 +302,10 @@ func (a *actor) finishTurn(res turnResult) {
 		a.m.tr.Emit("session.checkpoint.failed", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
 		a.retire(fmt.Errorf("session: end of turn: %w", err))
 		return
+	}
+	a.history = append(a.history, msgs...)
+	if n := len(a.history) - a.m.cfg.HistoryWindow; n > 0 {
+		a.history = append([]Message(nil), a.history[n:]...)
 	}
 	a.m.tr.Emit("session.checkpoint.ok", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq+reserve)
 	if failed {
@@ -250,30 +322,40 @@ func (a *actor) finishTurn(res turnResult) {
 	a.emit(TypeTurnCompleted, emptyObject)
 }
 
-// checkpoint writes the session's state under the actor's epoch. reserve
-// counts events about to be emitted: the stored seq covers them, so a new
-// owner continues above them.
-func (a *actor) checkpoint(ctx context.Context, reserve int64) error {
-	history := a.history
-	if history == nil {
-		history = []Message{}
+// Backoff between end-of-turn store attempts: from storeRetryFirst,
+// doubling, at most storeRetryMax.
+const (
+	storeRetryFirst = 50 * time.Millisecond
+	storeRetryMax   = time.Second
+)
+
+// completeTurn writes a turn's end (one fenced store write), retrying a
+// transient failure up to StoreAttempts times with backoff. It gives up at
+// once when fenced or when the actor retires (the renewer retires it at the
+// lease's local deadline, so no attempt outlives the lease).
+func (a *actor) completeTurn(rec TurnRecord) error {
+	wait := storeRetryFirst
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
+		err := a.m.cfg.Store.CompleteTurn(ctx, a.id, a.epoch, rec)
+		cancel()
+		if err == nil || errors.Is(err, ErrFenced) || a.ctx.Err() != nil || attempt >= a.m.cfg.StoreAttempts {
+			if err != nil {
+				err = fmt.Errorf("session: end of turn %q epoch %d (attempt %d): %w", a.id, a.epoch, attempt, err)
+			}
+			return err
+		}
+		a.m.stats.storeRetries.Add(1)
+		a.m.tr.Emit("session.checkpoint.retry", "owner", a.m.cfg.Owner, "session", a.id, "attempt", attempt, "err", err.Error())
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-a.ctx.Done():
+			t.Stop()
+			return fmt.Errorf("session: end of turn %q epoch %d: %w (after: %w)", a.id, a.epoch, a.cause(), err)
+		}
+		wait = min(2*wait, storeRetryMax)
 	}
-	data, err := json.Marshal(snapshot{
-		Version: snapshotVersion,
-		Seq:     a.seq + reserve,
-		History: history,
-		Keys:    a.keys.entries(),
-		Pending: a.pending,
-	})
-	if err != nil {
-		return fmt.Errorf("session: checkpoint %q: %w", a.id, err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.m.cfg.StoreTimeout)
-	defer cancel()
-	if err := a.m.cfg.Checkpoints.Save(ctx, a.id, a.epoch, data); err != nil {
-		return fmt.Errorf("session: checkpoint %q epoch %d: %w", a.id, a.epoch, err)
-	}
-	return nil
 }
 
 // haltTurn cancels the running turn (if any) and waits for its goroutine,

@@ -14,6 +14,10 @@ var (
 	ErrDraining = errors.New("session: node draining")
 	// ErrClosed means the Manager was closed.
 	ErrClosed = errors.New("session: manager closed")
+	// ErrIdempotencyKeyReused means the input's idempotency key was
+	// accepted before (within its retention) with a different body
+	// (InputHash): the caller has a bug. Nothing was accepted.
+	ErrIdempotencyKeyReused = errors.New("session: idempotency key reused with a different body")
 	// ErrLeaseLost means the renewer found another owner holding the lease,
 	// or found the lease re-claimed under a newer epoch: the session stood
 	// down.

@@ -6,7 +6,7 @@
 //
 // The design follows docs/OWNERSHIP.md ("Ownership: the lease",
 // "The fence", "Takeover and recovery"): ownership is a durable lease row
-// decided on the store's clock; every checkpoint write carries the writer's
+// decided on the store's clock; every session store write carries the writer's
 // epoch and lands only if no newer epoch has written; a fenced writer halts
 // its turn, publishes nothing more for it and stands the session down.
 package session
@@ -30,9 +30,9 @@ const (
 )
 
 // Position orders events of one session: by Epoch, then by Seq. Seq keeps
-// growing across epochs (a new owner continues from the checkpoint's seq), but
+// growing across epochs (a new owner continues from the stored seq), but
 // only the (Epoch, Seq) pair is guaranteed to grow, because events a dead or
-// fenced owner emitted after its last checkpoint keep their old epoch.
+// fenced owner emitted after its last store write keep their old epoch.
 type Position struct {
 	Epoch int64 `json:"epoch"`
 	Seq   int64 `json:"seq"`

@@ -82,7 +82,8 @@ var (
 	// but no usable answer came back. The input may have been accepted.
 	ErrForwardFailed = errors.New("session: forward to the owner node failed")
 	// ErrStoreUnavailable means a store the decision needs (the lease
-	// store's claim, the checkpoint load that starts an actor) did not
+	// store's claim, the session store's thaw that starts an actor, the
+	// inbox write that accepts an input) did not
 	// answer. Nothing ran; the caller refuses with a retry directive.
 	ErrStoreUnavailable = errors.New("session: store unavailable")
 )
@@ -90,14 +91,16 @@ var (
 // Codes of a RemoteError: what the receiving node's Accept answered, in the
 // session's own terms (the gateway maps them to HTTP and channel replies).
 const (
-	CodeLeaseHeld   = "lease_held"  // another process holds a live lease; Held says which
-	CodeBusy        = "busy"        // ErrBusy
-	CodeDraining    = "draining"    // ErrDraining or ErrClosed: nothing ran
-	CodeFenced      = "fenced"      // ErrFenced: the node lost the session mid-request
-	CodeUnavailable = "unavailable" // the node could not decide (ErrStoreUnavailable or another error): nothing ran
-	CodeInvalidID   = "invalid_id"  // ErrInvalidID
-	CodeBadRequest  = "bad_request" // the forward request could not be decoded
-	CodeInternal    = "internal"    // anything else a node may answer
+	CodeLeaseHeld   = "lease_held"             // another process holds a live lease; Held says which
+	CodeBusy        = "busy"                   // ErrBusy
+	CodeDraining    = "draining"               // ErrDraining or ErrClosed: nothing ran
+	CodeFenced      = "fenced"                 // ErrFenced: the node lost the session mid-request
+	CodeUnavailable = "unavailable"            // the node could not decide (ErrStoreUnavailable or another error): nothing ran
+	CodeInvalidID   = "invalid_id"             // ErrInvalidID
+	CodeKeyReused   = "idempotency_key_reused" // ErrIdempotencyKeyReused: nothing was accepted
+	CodeUnknown     = "outcome_unknown"        // ErrOutcomeUnknown: the input may have been accepted
+	CodeBadRequest  = "bad_request"            // the forward request could not be decoded
+	CodeInternal    = "internal"               // anything else a node may answer
 )
 
 // RemoteError is an error answered by the node a forward reached. Code is
@@ -105,7 +108,8 @@ const (
 // Held is set for CodeLeaseHeld and keeps the holder, epoch and remaining
 // lease time the database reported to that node. errors.Is and errors.As
 // see through it: Unwrap returns Held, or the sentinel of the code
-// (ErrBusy, ErrDraining, ErrFenced, ErrStoreUnavailable, ErrInvalidID), so
+// (ErrBusy, ErrDraining, ErrFenced, ErrStoreUnavailable, ErrInvalidID,
+// ErrIdempotencyKeyReused, ErrOutcomeUnknown), so
 // a remote refusal is classified like a local one.
 type RemoteError struct {
 	Code    string          `json:"code"`
@@ -134,6 +138,10 @@ func (e *RemoteError) Unwrap() error {
 		return ErrStoreUnavailable
 	case CodeInvalidID:
 		return ErrInvalidID
+	case CodeKeyReused:
+		return ErrIdempotencyKeyReused
+	case CodeUnknown:
+		return ErrOutcomeUnknown
 	}
 	return nil
 }
@@ -147,6 +155,10 @@ func RemoteErrorOf(err error) *RemoteError {
 		return &RemoteError{Code: CodeLeaseHeld, Message: err.Error(), Held: held}
 	case errors.Is(err, ErrInvalidID):
 		code = CodeInvalidID
+	case errors.Is(err, ErrIdempotencyKeyReused):
+		code = CodeKeyReused
+	case errors.Is(err, ErrOutcomeUnknown):
+		code = CodeUnknown
 	case errors.Is(err, ErrBusy):
 		code = CodeBusy
 	case errors.Is(err, ErrDraining), errors.Is(err, ErrClosed):

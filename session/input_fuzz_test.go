@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,11 +16,12 @@ import (
 )
 
 // FuzzInputCheckpoints: whatever the input decoder (gateway.DecodeInput, the
-// one parser of HTTP bodies and channel pushes) accepts can be checkpointed
-// by the memory and the Postgres checkpoint stores, and reads back equal:
-// the same type and idempotency key, data equal as JSON (jsonb normalises
-// whitespace, key order, duplicate keys and number spelling, never a value)
-// and the same history text. One Postgres schema serves the whole run.
+// one parser of HTTP bodies and channel pushes) accepts can be stored by the
+// memory and the Postgres session stores, and reads back equal: accepted
+// into the inbox, it thaws with the same type, idempotency key and body hash
+// and data equal as JSON; its turn completed, the history holds the user's
+// message with the same text. One Postgres schema serves the whole run; each
+// input gets a session of its own.
 func FuzzInputCheckpoints(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"message","data":{"text":"hi"},"idempotency_key":"k"}`,
@@ -35,42 +37,48 @@ func FuzzInputCheckpoints(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	pg := session.NewPostgresCheckpointStore(testenv.Postgres(f))
-	mem := session.NewMemoryCheckpointStore()
 	stores := []struct {
 		name string
-		s    session.CheckpointStore
-	}{{"memory", mem}, {"postgres", pg}}
+		s    session.SessionStore
+	}{{"memory", session.NewMemorySessionStore()}, {"postgres", session.NewPostgresSessionStore(testenv.Postgres(f))}}
+	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in, err := gateway.DecodeInput(body)
 		if err != nil {
 			return
 		}
-		doc, err := session.EncodeTurnCheckpoint(in, session.Position{Epoch: 1, Seq: 7})
-		if err != nil {
-			t.Fatalf("accepted %q, but the checkpoint does not encode: %v", body, err)
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		key := fmt.Sprintf("fuzz-%d", n.Add(1))
+		entry := session.InboxEntry{Epoch: 1, Seq: 1, Input: in, BodyHash: session.InputHash(in)}
 		for _, st := range stores {
-			if err := st.s.Save(ctx, "fuzz", 1, doc); err != nil {
-				t.Fatalf("accepted %q, but the %s store refuses its checkpoint: %v", body, st.name, err)
+			if _, err := st.s.Thaw(ctx, key, 1, session.ThawQuery{}); err != nil {
+				t.Fatalf("%s store: thaw: %v", st.name, err)
 			}
-			c, ok, err := st.s.Load(ctx, "fuzz")
-			if err != nil || !ok {
-				t.Fatalf("%s store: load after save: ok=%v err=%v", st.name, ok, err)
+			if err := st.s.Accept(ctx, key, 1, entry, time.Hour); err != nil {
+				t.Fatalf("accepted %q, but the %s store refuses it: %v", body, st.name, err)
 			}
-			got, msg, err := session.DecodeTurnCheckpoint(c.Data)
-			if err != nil {
-				t.Fatalf("%s store: the checkpoint read back does not decode: %v\n%s", st.name, err, c.Data)
+			th, err := st.s.Thaw(ctx, key, 1, session.ThawQuery{HistoryWindow: 10, KeyTTL: time.Hour, MaxKeys: 10})
+			if err != nil || len(th.Inbox) != 1 {
+				t.Fatalf("%s store: thaw after accept: inbox %d, err %v", st.name, len(th.Inbox), err)
 			}
-			if got.Type != in.Type || got.IdempotencyKey != in.IdempotencyKey {
-				t.Fatalf("%s store: type/key %q/%q read back as %q/%q", st.name, in.Type, in.IdempotencyKey, got.Type, got.IdempotencyKey)
+			got := th.Inbox[0]
+			if got.Input.Type != in.Type || got.Input.IdempotencyKey != in.IdempotencyKey || got.BodyHash != entry.BodyHash {
+				t.Fatalf("%s store: type/key %q/%q read back as %q/%q (hash equal: %v)", st.name, in.Type, in.IdempotencyKey, got.Input.Type, got.Input.IdempotencyKey, got.BodyHash == entry.BodyHash)
 			}
-			if err := jsonEqual(in.Data, got.Data); err != nil {
-				t.Fatalf("%s store: data %s read back as %s: %v", st.name, in.Data, got.Data, err)
+			if err := jsonEqual(in.Data, got.Input.Data); err != nil {
+				t.Fatalf("%s store: data %s read back as %s: %v", st.name, in.Data, got.Input.Data, err)
 			}
-			if want := session.InputText(in); msg.Content != want || msg.Role != "user" {
+			want := session.InputText(in)
+			rec := session.TurnRecord{Input: entry.Pos(), Messages: []session.Message{{Role: "user", Content: want}}, Seq: 2}
+			if err := st.s.CompleteTurn(ctx, key, 1, rec); err != nil {
+				t.Fatalf("%s store: the turn of %q does not complete: %v", st.name, body, err)
+			}
+			rd, ok, err := st.s.Read(ctx, key, session.HistoryQuery{Limit: 10})
+			if err != nil || !ok || len(rd.History) != 1 || len(rd.Inbox) != 0 {
+				t.Fatalf("%s store: read after the turn: ok=%v err=%v history %d inbox %d", st.name, ok, err, len(rd.History), len(rd.Inbox))
+			}
+			if msg := rd.History[0].Message; msg.Content != want || msg.Role != "user" {
 				t.Fatalf("%s store: history message %+v, want user %q", st.name, msg, want)
 			}
 		}

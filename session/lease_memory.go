@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// MemoryOption configures an in-memory store (lease, checkpoint or replay).
+// MemoryOption configures an in-memory store (lease, session or replay).
 type MemoryOption func(*memoryOptions)
 
 type memoryOptions struct {

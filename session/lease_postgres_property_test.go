@@ -63,7 +63,7 @@ func (m *fenceModel) liveHolder(key string) (string, heldLease, bool) {
 func TestPostgresFenceProperties(t *testing.T) {
 	pool := testenv.Postgres(t)
 	leases := session.NewPostgresLeaseStore(pool)
-	checkpoints := session.NewPostgresCheckpointStore(pool)
+	checkpoints := session.NewPostgresSessionStore(pool)
 	ctx := context.Background()
 	const ttl = 100 * time.Second
 	owners := []string{"n1/i1", "n2/i1", "n3/i1", "n1/i2"}
@@ -148,7 +148,7 @@ func TestPostgresFenceProperties(t *testing.T) {
 				if !ok {
 					rt.Skip("owner never held the key")
 				}
-				err := checkpoints.Save(ctx, key, epoch, fmt.Appendf(nil, `{"owner":%q,"epoch":%d}`, owner, epoch))
+				_, err := checkpoints.Thaw(ctx, key, epoch, session.ThawQuery{})
 				if epoch >= m.cpEpoch[key] {
 					if err != nil {
 						rt.Fatalf("checkpoint %s by %s epoch %d (stored %d): %v", key, owner, epoch, m.cpEpoch[key], err)
@@ -210,7 +210,7 @@ func checkFenceInvariants(rt *rapid.T, pool *pgxpool.Pool, m *fenceModel, keys [
 		}
 
 		var cp int64
-		err = pool.QueryRow(ctx, "SELECT epoch FROM agent_checkpoints WHERE key = $1", key).Scan(&cp)
+		err = pool.QueryRow(ctx, "SELECT epoch FROM session_state WHERE key = $1", key).Scan(&cp)
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}

@@ -13,7 +13,7 @@ import (
 )
 
 // Config configures a Manager. Zero durations and sizes take the
-// DefaultConfig value; Owner, Leases and Checkpoints are required.
+// DefaultConfig value; Owner, Leases and Store are required.
 type Config struct {
 	// Owner is this process's identity in the lease table: node name + "/" +
 	// a per-process incarnation id, so a restarted node never silently
@@ -22,8 +22,10 @@ type Config struct {
 	// Agent runs the turns. Nil means EchoAgent{}.
 	Agent Agent
 
-	Leases      LeaseStore
-	Checkpoints CheckpointStore
+	Leases LeaseStore
+	// Store holds the sessions' fence rows, inboxes, histories and
+	// idempotency keys (docs/OWNERSHIP.md "Durable inbox and history").
+	Store SessionStore
 	// Log is the replay log. Nil keeps no log.
 	Log ReplayLog
 	// Publisher delivers events live. Nil publishes nowhere.
@@ -43,26 +45,36 @@ type Config struct {
 	// Remaining - RenewMargin. Default 2 s. Must be shorter than LeaseTTL.
 	RenewMargin time.Duration
 	// IdleTimeout is how long an actor lives without input or turns before
-	// it checkpoints, releases its lease and stops. Default 60 s.
+	// it releases its lease and stops. Default 60 s.
 	IdleTimeout time.Duration
 	// MailboxSize bounds the inputs waiting for one actor; a full mailbox
 	// answers ErrBusy. Default 64.
 	MailboxSize int
 	// MaxPending bounds the accepted inputs waiting for their turn (queued
-	// behind a running one); past it an input answers ErrBusy. Every
-	// checkpoint holds the queue, so it must stay small. Default 64.
+	// behind a running one); past it an input answers ErrBusy. Default 64.
 	MaxPending int
-	// MaxIdempotencyKeys bounds the keys a session remembers (oldest
-	// forgotten first). Default 1000.
+	// MaxIdempotencyKeys bounds the keys a live session remembers (oldest
+	// forgotten first; a thaw loads the newest). Default 1000.
 	MaxIdempotencyKeys int
-	// StoreTimeout bounds every checkpoint load/save, log append, publish
+	// IdempotencyTTL is how long an accepted idempotency key is remembered,
+	// measured from its acceptance on the store's clock (and on Clock while
+	// the session is live). Default 24 h.
+	IdempotencyTTL time.Duration
+	// HistoryWindow is how many of the newest history messages an actor
+	// keeps and hands its agent (Turn.History). Default 50.
+	HistoryWindow int
+	// StoreAttempts bounds the tries of a turn's end-of-turn store write
+	// when the store fails transiently (not fenced): retried with backoff
+	// from 50 ms doubling up to 1 s, for as long as the lease's local
+	// deadline allows. Default 8 (about 3.5 s of waiting).
+	StoreAttempts int
+	// StoreTimeout bounds every session store call, log append, publish
 	// and lease release the actor makes. Default 5 s.
 	StoreTimeout time.Duration
 	// ForwardTimeout bounds one forward hop of Submit, and Accept of a
 	// forwarded input on the receiving node (HandleForward). Default 5 s.
 	ForwardTimeout time.Duration
-	// ReadTimeout bounds State's checkpoint read for a session that is not
-	// live here. Default 1 s.
+	// ReadTimeout bounds State's store read. Default 1 s.
 	ReadTimeout time.Duration
 	// Clock drives the renewer's deadline and the idle timer. Default
 	// SystemClock().
@@ -83,6 +95,9 @@ func DefaultConfig() Config {
 		MailboxSize:        64,
 		MaxPending:         64,
 		MaxIdempotencyKeys: 1000,
+		IdempotencyTTL:     24 * time.Hour,
+		HistoryWindow:      50,
+		StoreAttempts:      8,
 		StoreTimeout:       5 * time.Second,
 		ForwardTimeout:     5 * time.Second,
 		ReadTimeout:        time.Second,
@@ -98,6 +113,9 @@ type Accepted struct {
 	Seq       int64  `json:"seq"`
 	Duplicate bool   `json:"duplicate"`
 }
+
+// Pos returns the position of the input's user_event.
+func (a Accepted) Pos() Position { return Position{Epoch: a.Epoch, Seq: a.Seq} }
 
 // Manager runs the sessions this node owns: one actor goroutine and one
 // renewer goroutine per live session. Safe for concurrent use.
@@ -130,8 +148,8 @@ func NewManager(cfg Config) *Manager {
 		panic("session: Config.Owner is required")
 	case cfg.Leases == nil:
 		panic("session: Config.Leases is required")
-	case cfg.Checkpoints == nil:
-		panic("session: Config.Checkpoints is required")
+	case cfg.Store == nil:
+		panic("session: Config.Store is required")
 	case cfg.RenewMargin >= cfg.LeaseTTL:
 		panic("session: Config.RenewMargin must be shorter than LeaseTTL")
 	case cfg.RenewEvery >= cfg.LeaseTTL-cfg.RenewMargin:
@@ -162,6 +180,13 @@ func withDefaults(cfg Config) Config {
 	setDur(&cfg.StoreTimeout, def.StoreTimeout)
 	setDur(&cfg.ReadTimeout, def.ReadTimeout)
 	setDur(&cfg.ForwardTimeout, def.ForwardTimeout)
+	setDur(&cfg.IdempotencyTTL, def.IdempotencyTTL)
+	if cfg.HistoryWindow <= 0 {
+		cfg.HistoryWindow = def.HistoryWindow
+	}
+	if cfg.StoreAttempts <= 0 {
+		cfg.StoreAttempts = def.StoreAttempts
+	}
 	if cfg.MailboxSize <= 0 {
 		cfg.MailboxSize = def.MailboxSize
 	}
@@ -195,15 +220,17 @@ const maxSubmitAttempts = 3
 
 // Accept is the local half of Submit: it claims the lease for session id
 // (one Claim statement), then hands in to the session's actor, thawing it
-// from its checkpoint if needed, and waits until the input is accepted:
-// recorded as a user_event at the next (epoch, seq), appended to the replay
-// log and published. The turn runs when the actor is free; Accept does not
+// from the store if needed, and waits until the input is accepted: written
+// to the session's inbox by one fenced store write, then recorded as a
+// user_event at its (epoch, seq), appended to the replay log and published. The turn runs when the actor is free; Accept does not
 // wait for it. It never forwards: HandleForward runs it for inputs other
 // nodes forwarded here, and Submit routes around it.
 //
 // Errors: ErrInvalidID; *LeaseHeldError (another process's lease is live);
-// ErrFenced; ErrBusy; ErrDraining; ErrClosed; ErrStoreUnavailable (the
-// claim got no answer: nothing ran); ctx's error (the input may still be
+// ErrFenced; ErrBusy; ErrDraining; ErrClosed; ErrIdempotencyKeyReused (the
+// key was accepted with another body: nothing ran); ErrStoreUnavailable
+// (the claim or the inbox write got no answer: nothing was logged or
+// published, nothing will run); ctx's error (the input may still be
 // accepted after Accept returned). Any other error means ownership could
 // not be decided (an actor could not start): the input never ran.
 func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, error) {
@@ -325,6 +352,44 @@ func (m *Manager) giveBack(ctx context.Context, id string, l Lease) {
 	m.tr.Emit("session.drain.released", "owner", m.cfg.Owner, "session", id, "epoch", l.Epoch)
 }
 
+// Recover runs inboxes a dead owner left behind (docs/OWNERSHIP.md
+// "Durable inbox and history"): for each session the store lists as
+// unfinished (up to limit) that has no live actor here, it claims the
+// lease. A session another process holds is left to it; one this process
+// takes (the lease lapsed or was handed back) is thawed, which runs its
+// inbox. It returns how many sessions it started. Errors: ErrDraining,
+// ErrClosed, or the store's when it cannot list; a session that cannot be
+// claimed or started is skipped (the next call tries again).
+func (m *Manager) Recover(ctx context.Context, limit int) (int, error) {
+	if err := m.admitting(); err != nil {
+		return 0, err
+	}
+	ids, err := m.cfg.Store.Unfinished(ctx, limit)
+	if err != nil {
+		return 0, fmt.Errorf("session: recover: %w", err)
+	}
+	started := 0
+	for _, id := range ids {
+		m.mu.Lock()
+		a := m.actors[id]
+		m.mu.Unlock()
+		if a != nil && a.ctx.Err() == nil {
+			continue
+		}
+		start := m.clock.Now()
+		l, err := m.cfg.Leases.Claim(ctx, id, m.cfg.Owner, m.cfg.LeaseTTL)
+		if err != nil {
+			continue
+		}
+		if _, err := m.actorFor(ctx, id, l, start); err != nil {
+			continue
+		}
+		started++
+		m.tr.Emit("session.recovered", "owner", m.cfg.Owner, "session", id, "epoch", l.Epoch)
+	}
+	return started, nil
+}
+
 // remove forgets a if it is still the registered actor of its session.
 func (m *Manager) remove(a *actor) {
 	m.mu.Lock()
@@ -336,9 +401,9 @@ func (m *Manager) remove(a *actor) {
 
 // Drain hands this node's sessions back: new input is refused with
 // ErrDraining, running turns finish (at ctx's end they are cancelled and end
-// as turn_failed), each actor checkpoints and releases its lease (expiry
-// now, so the next claim elsewhere succeeds at once), then stops. Inputs
-// accepted but not yet run stay in the checkpoint for the next owner.
+// as turn_failed), each actor releases its lease (expiry now, so the next
+// claim elsewhere succeeds at once), then stops. Inputs accepted but not
+// yet run stay in the store's inbox for the next owner.
 // Drain returns when every actor has stopped; the error joins release
 // failures and, if ctx ended first, ctx's error.
 func (m *Manager) Drain(ctx context.Context) error {

@@ -40,7 +40,7 @@ func BenchmarkSubmitLocal(b *testing.B) {
 	newManager := func(pub Publisher) *Manager {
 		st := memoryStores()
 		cfg := DefaultConfig()
-		cfg.Owner, cfg.Leases, cfg.Checkpoints, cfg.Publisher = "a/1", st.leases, st.checkpoints, pub
+		cfg.Owner, cfg.Leases, cfg.Store, cfg.Publisher = "a/1", st.leases, st.store, pub
 		cfg.Log = NewMemoryReplayLog(100, 0)
 		cfg.MailboxSize = 4096
 		return NewManager(cfg)

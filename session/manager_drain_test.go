@@ -46,9 +46,9 @@ func TestDrainReleasesLeases(t *testing.T) {
 		if n := len(recA.ofType(TypeTurnCompleted)); n != 2 {
 			t.Fatalf("%d turns completed, want the 2 running ones", n)
 		}
-		_, s := loadSnapshot(t, st.checkpoints, "s1")
-		if len(s.Pending) != 1 || inputText(s.Pending[0].Input) != "second" {
-			t.Fatalf("s1 checkpoint pending = %+v, want the second input", s.Pending)
+		s := loadStored(t, st.store, "s1")
+		if len(s.Inbox) != 1 || inputText(s.Inbox[0].Input) != "second" {
+			t.Fatalf("s1 inbox = %+v, want the second input", s.Inbox)
 		}
 
 		// Another node claims both at once (no TTL wait) and runs the
@@ -63,9 +63,9 @@ func TestDrainReleasesLeases(t *testing.T) {
 		b := startManager(t, cfgB)
 		submit(t, b, "s1", "third")
 		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
-		stt, _ := b.State(ctx, "s1")
+		stt := state(t, b, "s1")
 		want := []Message{{"user", "first"}, {"assistant", "done"}, {"user", "second"}, {"assistant", "second"}, {"user", "third"}, {"assistant", "third"}}
-		if !reflect.DeepEqual(stt.History, want) {
+		if !reflect.DeepEqual(messages(stt.History), want) {
 			t.Fatalf("history on the next owner = %v, want %v", stt.History, want)
 		}
 	})
@@ -98,9 +98,8 @@ func TestDrainCancelsTurnsAtDeadline(t *testing.T) {
 	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeTurnFailed}) {
 		t.Fatalf("published %v", got)
 	}
-	_, s := loadSnapshot(t, st.checkpoints, "s1")
-	if !reflect.DeepEqual(s.History, []Message{{"user", "stuck"}}) {
-		t.Fatalf("checkpoint history %v", s.History)
+	if s := loadStored(t, st.store, "s1"); !reflect.DeepEqual(messages(s.History), []Message{{"user", "stuck"}}) || len(s.Inbox) != 0 {
+		t.Fatalf("stored %+v, want the failed turn's user message and an empty inbox", s)
 	}
 	if l, _, _ := st.leases.Get(ctx, "s1"); l.Remaining > 0 {
 		t.Fatalf("lease still live after drain: %+v", l)

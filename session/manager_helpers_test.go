@@ -182,9 +182,9 @@ func (f *flakyLeases) Claim(ctx context.Context, key, owner string, ttl time.Dur
 // stores is one set of shared stores (as one database and one Redis would
 // be for a cluster), plus a way to make store time pass.
 type stores struct {
-	leases      LeaseStore
-	checkpoints CheckpointStore
-	log         ReplayLog
+	leases LeaseStore
+	store  SessionStore
+	log    ReplayLog
 	// advance makes d of store time pass for leases (and, for the memory
 	// stores, for every store reading the same clock).
 	advance func(t *testing.T, d time.Duration)
@@ -194,10 +194,10 @@ func memoryStores() *stores {
 	clk := NewManualClock(time.Unix(1_700_000_000, 0))
 	opt := WithMemoryClock(clk.Now)
 	return &stores{
-		leases:      NewMemoryLeaseStore(opt),
-		checkpoints: NewMemoryCheckpointStore(opt),
-		log:         NewMemoryReplayLog(10_000, 0, opt),
-		advance:     func(_ *testing.T, d time.Duration) { clk.Advance(d) },
+		leases:  NewMemoryLeaseStore(opt),
+		store:   NewMemorySessionStore(opt),
+		log:     NewMemoryReplayLog(10_000, 0, opt),
+		advance: func(_ *testing.T, d time.Duration) { clk.Advance(d) },
 	}
 }
 
@@ -210,7 +210,7 @@ func testConfig(st *stores, owner string, tr *trace.Tracer) (Config, *recorder, 
 	cfg.Owner = owner
 	cfg.Agent = EchoAgent{}
 	cfg.Leases = st.leases
-	cfg.Checkpoints = st.checkpoints
+	cfg.Store = st.store
 	cfg.Log = st.log
 	cfg.Publisher = rec
 	cfg.Clock = clk
@@ -273,17 +273,34 @@ func assertIncreasing(t *testing.T, evs []Event) {
 	}
 }
 
-func loadSnapshot(t *testing.T, cs CheckpointStore, id string) (Checkpoint, snapshot) {
+// loadStored reads session id from the store: its state row, inbox and
+// whole history (up to MaxHistoryPage messages).
+func loadStored(t *testing.T, s SessionStore, id string) StoredSession {
 	t.Helper()
-	c, ok, err := cs.Load(context.Background(), id)
+	st, ok, err := s.Read(context.Background(), id, HistoryQuery{Limit: MaxHistoryPage})
 	if err != nil || !ok {
-		t.Fatalf("load checkpoint %s: ok %v err %v", id, ok, err)
+		t.Fatalf("read session %s: ok %v err %v", id, ok, err)
 	}
-	s, err := decodeSnapshot(c.Data)
+	return st
+}
+
+// messages returns the messages of stored history entries.
+func messages(h []StoredMessage) []Message {
+	out := make([]Message, len(h))
+	for i, m := range h {
+		out[i] = m.Message
+	}
+	return out
+}
+
+// state reads session id's State, newest page.
+func state(t *testing.T, m *Manager, id string) State {
+	t.Helper()
+	st, err := m.State(context.Background(), id, HistoryQuery{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("state of %s: %v", id, err)
 	}
-	return c, s
+	return st
 }
 
 func types(evs []Event) []string {
@@ -316,9 +333,9 @@ func clusterStores(t *testing.T) *stores {
 	pool := testenv.Postgres(t)
 	client, prefix := testenv.Redis(t)
 	return &stores{
-		leases:      NewPostgresLeaseStore(pool),
-		checkpoints: NewPostgresCheckpointStore(pool),
-		log:         NewRedisReplayLog(client, RedisReplayConfig{Prefix: prefix, MaxLen: 10_000, TTL: time.Hour}),
+		leases: NewPostgresLeaseStore(pool),
+		store:  NewPostgresSessionStore(pool),
+		log:    NewRedisReplayLog(client, RedisReplayConfig{Prefix: prefix, MaxLen: 10_000, TTL: time.Hour}),
 		advance: func(t *testing.T, d time.Duration) {
 			t.Helper()
 			if _, err := pool.Exec(context.Background(), "UPDATE agent_leases SET expires_at = expires_at - $1::interval", d); err != nil {

@@ -10,68 +10,95 @@ import (
 
 // Where a State was read from.
 const (
-	SourceActor       = "actor"       // the live actor on this node
-	SourceCheckpoint  = "checkpoint"  // the last checkpoint (the owner may be elsewhere)
-	SourceNone        = "none"        // no checkpoint: the session has no history yet
-	SourceUnavailable = "unavailable" // the checkpoint could not be read in time
+	SourceActor       = "actor"       // the live actor on this node (epoch, seq, pending) and the store (history)
+	SourceStore       = "store"       // the session store (the owner may be elsewhere)
+	SourceNone        = "none"        // the store has no such session: no history yet
+	SourceUnavailable = "unavailable" // the store could not be read in time
+)
+
+// History page bounds of State (docs/OWNERSHIP.md "Durable inbox and
+// history"): a query without a limit gets DefaultHistoryPage messages, and
+// no page holds more than MaxHistoryPage.
+const (
+	DefaultHistoryPage = 100
+	MaxHistoryPage     = 1000
 )
 
 // State is a session as GET /api/sessions/{id} shows it. Epoch is the
 // owner's epoch and Seq the last sequence number assigned (a late joiner may
-// pass them as last_event). History holds finished turns and the user
-// message of a running one; Pending lists accepted inputs (as user messages)
-// whose turn has not started. Running and Pending are only known from a live
-// actor.
+// pass them as last_event). History is one page of the completed turns'
+// messages, oldest first, each numbered (N) from 1 in the whole history;
+// Total counts them all, and NextBefore is the Before of the page of older
+// messages (0 when this page reaches the first). Pending lists the accepted
+// inputs whose turn has not completed, oldest first (the running turn's
+// first when Running).
 type State struct {
-	Session string    `json:"session"`
-	Epoch   int64     `json:"epoch"`
-	Seq     int64     `json:"seq"`
-	History []Message `json:"history"`
-	Pending []Message `json:"pending"`
-	Running bool      `json:"running"`
-	Source  string    `json:"source"`
+	Session    string          `json:"session"`
+	Epoch      int64           `json:"epoch"`
+	Seq        int64           `json:"seq"`
+	History    []StoredMessage `json:"history"`
+	Total      int64           `json:"total"`
+	NextBefore int64           `json:"next_before"`
+	Pending    []Message       `json:"pending"`
+	Running    bool            `json:"running"`
+	Source     string          `json:"source"`
 }
 
-// State returns session id's history, epoch and last seq: from the live
-// actor if this node runs it, else from the checkpoint within ReadTimeout.
-// A read only feeds a view, so store trouble is not an error: the State
-// comes back empty with Source SourceUnavailable. The only error is
-// ErrInvalidID.
-func (m *Manager) State(ctx context.Context, id string) (State, error) {
+// State returns one page of session id's history (q: the Limit newest
+// messages numbered below Before; Limit <= 0 means DefaultHistoryPage,
+// above MaxHistoryPage it is capped) with its epoch, last seq and pending
+// inputs: from the live actor if this node runs it, else from the store,
+// one store read within ReadTimeout. A read only feeds a view, so store
+// trouble is not an error: the State comes back without history, Source
+// SourceUnavailable. The only error is ErrInvalidID.
+func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, error) {
 	if !ValidID(id) {
 		return State{}, ErrInvalidID
 	}
+	if q.Limit <= 0 {
+		q.Limit = DefaultHistoryPage
+	}
+	q.Limit = min(q.Limit, MaxHistoryPage)
 	m.mu.Lock()
 	a := m.actors[id]
 	m.mu.Unlock()
-	if a != nil && a.ctx.Err() == nil {
-		return a.state(), nil
-	}
-	st := State{Session: id, History: []Message{}, Pending: []Message{}}
+	st := State{Session: id, History: []StoredMessage{}, Pending: []Message{}}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadTimeout)
 	defer cancel()
-	c, ok, err := m.cfg.Checkpoints.Load(ctx, id)
-	if err != nil {
-		m.log.Warn("session state: checkpoint unreadable", zap.String("session", id), zap.Error(err))
+	stored, ok, err := m.cfg.Store.Read(ctx, id, q)
+	switch {
+	case err != nil:
+		m.log.Warn("session state: store unreadable", zap.String("session", id), zap.Error(err))
 		st.Source = SourceUnavailable
-		return st, nil
-	}
-	if !ok {
+	case !ok:
 		st.Source = SourceNone
-		return st, nil
+	default:
+		st.Source = SourceStore
+		st.Epoch, st.Seq, st.Total = stored.Epoch, stored.Seq, stored.Total
+		if len(stored.History) > 0 {
+			st.History = stored.History
+			st.NextBefore = stored.History[0].N
+			if st.NextBefore <= 1 {
+				st.NextBefore = 0
+			}
+		}
+		for _, e := range stored.Inbox {
+			st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(e.Input)})
+		}
 	}
-	snap, err := decodeSnapshot(c.Data)
-	if err != nil {
-		m.log.Warn("session state: checkpoint undecodable", zap.String("session", id), zap.Error(err))
-		st.Source = SourceUnavailable
-		return st, nil
-	}
-	st.Epoch, st.Seq, st.Source = c.Epoch, snap.Seq, SourceCheckpoint
-	if snap.History != nil {
-		st.History = snap.History
-	}
-	for _, p := range snap.Pending {
-		st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(p.Input)})
+	if a != nil && a.ctx.Err() == nil {
+		v := a.currentView()
+		st.Epoch, st.Seq, st.Running = a.epoch, v.seq, v.running != nil
+		st.Pending = make([]Message, 0, len(v.pending)+1)
+		if v.running != nil {
+			st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(v.running.Input)})
+		}
+		for _, p := range v.pending {
+			st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(p.Input)})
+		}
+		if st.Source != SourceUnavailable {
+			st.Source = SourceActor
+		}
 	}
 	return st, nil
 }
@@ -101,7 +128,7 @@ func (m *Manager) Sessions() []Info {
 		a.mu.Lock()
 		v := a.view
 		a.mu.Unlock()
-		out = append(out, Info{Session: a.id, Epoch: a.epoch, Seq: v.seq, Running: v.running, Pending: len(v.pending)})
+		out = append(out, Info{Session: a.id, Epoch: a.epoch, Seq: v.seq, Running: v.running != nil, Pending: len(v.pending)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Session < out[j].Session })
 	return out
@@ -113,13 +140,15 @@ type Stats struct {
 	Duplicates      uint64 // inputs answered from the idempotency keys
 	TurnsCompleted  uint64
 	TurnsFailed     uint64
-	Thaws           uint64 // actors started from a checkpoint (or from nothing)
+	Thaws           uint64 // actors started from the store (or from nothing)
 	Hibernations    uint64
 	StandDowns      uint64 // actors stopped without a clean hand-back
-	Fenced          uint64 // checkpoint saves or log appends refused by the fence
+	Fenced          uint64 // store writes or log appends refused by the fence
 	LogAppendErrors uint64 // replay-log appends that failed (not fenced)
 	PublishErrors   uint64
 	Forwards        uint64 // forward hops Submit made to other nodes
+	InboxErrors     uint64 // inbox writes that failed (the input was refused)
+	StoreRetries    uint64 // end-of-turn store writes retried after a transient failure
 }
 
 // Stats returns the Manager's counters.
@@ -137,12 +166,14 @@ func (m *Manager) Stats() Stats {
 		LogAppendErrors: c.logAppendErrors.Load(),
 		PublishErrors:   c.publishErrors.Load(),
 		Forwards:        c.forwards.Load(),
+		InboxErrors:     c.inboxErrors.Load(),
+		StoreRetries:    c.storeRetries.Load(),
 	}
 }
 
 type counters struct {
 	accepted, duplicates, turnsCompleted, turnsFailed, thaws, hibernations,
-	standDowns, fenced, logAppendErrors, publishErrors, forwards atomic.Uint64
+	standDowns, fenced, logAppendErrors, publishErrors, forwards, inboxErrors, storeRetries atomic.Uint64
 }
 
 // LiveLease reads session id's lease without claiming it (one Get on the

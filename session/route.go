@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/relaygw/relay/internal/trace"
 	"go.uber.org/zap"
 )
 
@@ -24,8 +23,10 @@ const (
 	// ErrClosed (this node or the owner is draining), ErrFenced,
 	// ErrStoreUnavailable, or another error that left ownership undecided.
 	OutcomeRefused
-	// OutcomeFailed: Outcome.Err is the failure. ErrInvalidID and ErrBusy
-	// (here or at the owner) mean nothing ran. ErrForwardTimeout,
+	// OutcomeFailed: Outcome.Err is the failure. ErrInvalidID, ErrBusy and
+	// ErrIdempotencyKeyReused (here or at the owner) mean nothing ran.
+	// ErrOutcomeUnknown means the inbox write may have landed: the input
+	// may run; a re-send with the same idempotency key is safe. ErrForwardTimeout,
 	// ErrForwardFailed and a *RemoteError with another code mean the input
 	// may have been accepted at the owner: a re-send with the same
 	// idempotency key is safe.
@@ -169,17 +170,19 @@ func (m *Manager) forward(ctx context.Context, holder, id string, in Input) (Acc
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
 	acc, err := m.cfg.Forwarder.Forward(ctx, holder, ForwardRequest{Session: id, Input: in})
-	m.tr.Emit("session.forward.done", "owner", m.cfg.Owner, "session", id, "holder", holder, "err", trace.Err(err))
+	m.tr.Emit("session.forward.done", "owner", m.cfg.Owner, "session", id, "holder", holder, "err", errText(err), "unreachable", errors.Is(err, ErrUnreachable))
 	return acc, err
 }
 
-// settle classifies an error that names no lease holder. Locally, bad input
-// and a full mailbox fail and everything else refuses (ownership could not
+// settle classifies an error that names no lease holder. Locally, bad input,
+// a reused idempotency key, a full mailbox and an inbox write of unknown
+// outcome fail and everything else refuses (ownership could not
 // be decided, nothing ran). From the owner node, its refusals (draining,
 // fenced, store unavailable) refuse and everything else fails: the input
 // may have been accepted there.
 func (m *Manager) settle(id string, err error, remote bool, hops int) Outcome {
-	refuse := !errors.Is(err, ErrInvalidID) && !errors.Is(err, ErrBusy)
+	refuse := !errors.Is(err, ErrInvalidID) && !errors.Is(err, ErrBusy) && !errors.Is(err, ErrIdempotencyKeyReused) &&
+		!errors.Is(err, ErrOutcomeUnknown)
 	if remote {
 		var re *RemoteError
 		refuse = errors.As(err, &re) && (errors.Is(err, ErrDraining) || errors.Is(err, ErrFenced) || errors.Is(err, ErrStoreUnavailable))
@@ -196,6 +199,15 @@ func (m *Manager) refused(id string, err error, remaining time.Duration, hops in
 	if !errors.As(err, &held) && !errors.Is(err, ErrDraining) && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrFenced) {
 		m.log.Warn("event refused: ownership undecided", zap.String("session", id), zap.Error(err))
 	}
-	m.tr.Emit("session.route.refused", "owner", m.cfg.Owner, "session", id, "err", trace.Err(err))
+	m.tr.Emit("session.route.refused", "owner", m.cfg.Owner, "session", id, "err", errText(err))
 	return Outcome{Kind: OutcomeRefused, Retry: NewRetryDirective(remaining, m.cfg.LeaseTTL), Err: err, Hops: hops}
+}
+
+// errText is err's message for a trace point ("" for nil): trace points
+// record plain values, and error values carry unexported fields.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

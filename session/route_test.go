@@ -19,12 +19,12 @@ import (
 const routeTTL = 15 * time.Second
 
 // routeEnv is a cluster of managers sharing one lease store (on a manual
-// clock, so leases lapse when the test says) and one checkpoint store.
+// clock, so leases lapse when the test says) and one session store.
 type routeEnv struct {
 	t      *testing.T
 	clock  *session.ManualClock
 	leases *session.MemoryLeaseStore
-	cps    *session.MemoryCheckpointStore
+	cps    *session.MemorySessionStore
 	net    *memforward.Network
 }
 
@@ -34,7 +34,7 @@ func newRouteEnv(t *testing.T) *routeEnv {
 		t:      t,
 		clock:  clock,
 		leases: session.NewMemoryLeaseStore(session.WithMemoryClock(clock.Now)),
-		cps:    session.NewMemoryCheckpointStore(),
+		cps:    session.NewMemorySessionStore(),
 		net:    memforward.New(),
 	}
 	t.Cleanup(e.net.Close)
@@ -45,12 +45,12 @@ func newRouteEnv(t *testing.T) *routeEnv {
 // network under its node name. A nil tracer records nothing.
 func (e *routeEnv) node(owner string, tr *trace.Tracer, tune func(*session.Config)) *session.Manager {
 	cfg := session.Config{
-		Owner:       owner,
-		Leases:      e.leases,
-		Checkpoints: e.cps,
-		Forwarder:   e.net.Forwarder(),
-		LeaseTTL:    routeTTL,
-		Tracer:      tr,
+		Owner:     owner,
+		Leases:    e.leases,
+		Store:     e.cps,
+		Forwarder: e.net.Forwarder(),
+		LeaseTTL:  routeTTL,
+		Tracer:    tr,
 	}
 	if tune != nil {
 		tune(&cfg)
@@ -411,5 +411,37 @@ func TestSubmitRefusesBeforeRouting(t *testing.T) {
 	}
 	if _, ok, _ := e.leases.Get(ctx, "s2"); ok {
 		t.Fatal("a draining node claimed a lease")
+	}
+}
+
+// A key reused with another body is refused on the owner and through a
+// forward alike (idempotency_key_reused crosses the wire as a RemoteError
+// code), and nothing is accepted; the same body is a duplicate with the
+// original position, whichever node it came through.
+func TestKeyReusedRefusedThroughForward(t *testing.T) {
+	e := newRouteEnv(t)
+	a := e.node("a/1", nil, nil)
+	b := e.node("b/1", nil, nil)
+	ctx := ctxT(t)
+	first := mustAccepted(t, a.Submit(ctx, "s1", input("pay 10", "k1")))
+
+	local := a.Submit(ctx, "s1", input("pay 99", "k1"))
+	if local.Kind != session.OutcomeFailed || !errors.Is(local.Err, session.ErrIdempotencyKeyReused) {
+		t.Fatalf("reuse on the owner = %v %v, want failed with ErrIdempotencyKeyReused", local.Kind, local.Err)
+	}
+	fwd := b.Submit(ctx, "s1", input("pay 99", "k1"))
+	var re *session.RemoteError
+	if fwd.Kind != session.OutcomeFailed || fwd.Hops != 1 || !errors.As(fwd.Err, &re) || re.Code != session.CodeKeyReused ||
+		!errors.Is(fwd.Err, session.ErrIdempotencyKeyReused) {
+		t.Fatalf("reuse through a forward = %v %v (hops %d), want failed with code %s", fwd.Kind, fwd.Err, fwd.Hops, session.CodeKeyReused)
+	}
+	for _, m := range []*session.Manager{a, b} {
+		dup := mustAccepted(t, m.Submit(ctx, "s1", input("pay 10", "k1")))
+		if !dup.Duplicate || dup.Epoch != first.Epoch || dup.Seq != first.Seq {
+			t.Fatalf("same body = %+v, want the duplicate of %+v", dup, first)
+		}
+	}
+	if s := a.Stats(); s.Accepted != 1 || s.Duplicates != 2 {
+		t.Fatalf("owner stats = %+v, want 1 accepted and 2 duplicates", s)
 	}
 }

@@ -2,38 +2,26 @@ package session
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
+	"reflect"
 	"testing"
 
 	"github.com/relaygw/relay/internal/trace"
 )
 
-// oneFailedSave fails the second Save only (the first end-of-turn
-// checkpoint after the thaw's write), as a store blip or a document the
-// store refuses once would.
-type oneFailedSave struct {
-	CheckpointStore
-	saves atomic.Int64
-}
-
-func (f *oneFailedSave) Save(ctx context.Context, key string, epoch int64, data []byte) error {
-	if f.saves.Add(1) == 2 {
-		return errors.New("test: checkpoint refused once")
-	}
-	return f.CheckpointStore.Save(ctx, key, epoch, data)
-}
-
-// A session that stood down after a failed checkpoint is not bricked: its
-// events beyond the checkpoint are in the log at its epoch, so a new actor
-// at the same epoch would re-use their seqs and every append would come back
-// fenced. The stood-down actor gives its lease up, and the next input runs
-// at epoch+1 from the last checkpoint.
+// A session that stood down after a failed end-of-turn write is not
+// bricked: its events beyond the stored seq are in the log at its epoch, so
+// a new actor at the same epoch would re-use their seqs and every append
+// would come back fenced. The stood-down actor gives its lease up, and the
+// next input runs at epoch+1 from the store (the stood-down turn's input
+// first: it is still in the inbox).
 func TestStandDownAfterCheckpointFailureReleasesLease(t *testing.T) {
 	st := memoryStores()
 	tr := trace.New()
 	cfg, _, _ := testConfig(st, "a/1", tr)
-	cfg.Checkpoints = &oneFailedSave{CheckpointStore: st.checkpoints}
+	fs := &faultyStore{SessionStore: st.store}
+	fs.complete.n.Store(1)
+	cfg.Store = fs
+	cfg.StoreAttempts = 1
 	m := startManager(t, cfg)
 	first := submit(t, m, "s1", "hello")
 	waitFor(t, tr, trace.Kind("session.standdown", "session", "s1"), 1)
@@ -46,5 +34,8 @@ func TestStandDownAfterCheckpointFailureReleasesLease(t *testing.T) {
 	if acc.Epoch != first.Epoch+1 {
 		t.Fatalf("accepted at %+v, want epoch %d", acc, first.Epoch+1)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "session", "s1", "type", TypeTurnCompleted, "epoch", acc.Epoch), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "session", "s1", "type", TypeTurnCompleted, "epoch", acc.Epoch), 2)
+	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, []Message{{"user", "hello"}, {"assistant", "hello"}, {"user", "again"}, {"assistant", "again"}}) {
+		t.Fatalf("history = %v, want the stood-down turn re-run, then the new one", got)
+	}
 }

@@ -10,12 +10,18 @@ import (
 // Errors shared by the stores. Check them with errors.Is / errors.As.
 var (
 	// ErrFenced means a write carried an epoch older than one already stored
-	// (checkpoint) or a position not above the log's top (replay log). The
+	// (session store) or a position not above the log's top (replay log). The
 	// writer no longer owns the session: there is nothing to retry.
 	ErrFenced = errors.New("session: fenced by a newer epoch")
 	// ErrNotOwner is returned by Release when the caller's owner/epoch no
 	// longer match the stored lease (nothing was changed).
 	ErrNotOwner = errors.New("session: lease not held by this owner and epoch")
+	// ErrOutcomeUnknown means a store write failed in a way that does not
+	// tell whether it landed (the statement was sent, no answer came back).
+	// SessionStore.Accept and CompleteTurn are idempotent, so the same write
+	// may be repeated to settle it. Any other write error means nothing
+	// landed.
+	ErrOutcomeUnknown = errors.New("session: store write outcome unknown")
 )
 
 // Lease is a claim on a session key as the lease store reports it.
@@ -67,20 +73,115 @@ type LeaseStore interface {
 	Get(ctx context.Context, key string) (l Lease, ok bool, err error)
 }
 
-// Checkpoint is a session's durable state as last written by its owner.
-type Checkpoint struct {
-	Epoch     int64
-	Data      []byte // JSON document, see the actor's snapshot type
-	UpdatedAt time.Time
+// SessionStore is the durable state of sessions (docs/OWNERSHIP.md
+// "Durable inbox and history"): per session a fence row (epoch, last seq),
+// the inbox of accepted inputs whose turn has not completed, the history
+// (append-only, numbered from 1) and the idempotency keys accepted within
+// their retention. Implementations: MemorySessionStore (embedded default)
+// and PostgresSessionStore; both pass storetest.SessionStoreSuite.
+//
+// Every write is one atomic step fenced by the writer's epoch: it lands only
+// if the stored epoch is not ahead of the writer's, and raises the stored
+// epoch to the writer's. A write that is fenced changes nothing and returns
+// an error wrapping ErrFenced. No write rewrites history: a turn's end
+// appends its messages, so its cost does not grow with the conversation.
+type SessionStore interface {
+	// Thaw fences key at epoch (creating its row at seq 0 if there is none)
+	// and returns what a new owner starts from: the last seq, the inbox in
+	// (epoch, seq) order, the newest q.HistoryWindow messages and the
+	// idempotency keys accepted less than q.KeyTTL ago (on the store's
+	// clock), newest q.MaxKeys at most.
+	Thaw(ctx context.Context, key string, epoch int64, q ThawQuery) (Thawed, error)
+	// Accept fences key at epoch, puts in into the inbox (replacing an entry
+	// at the same position, so a repeated write is harmless), raises the
+	// stored seq to in's seq and, when in has an idempotency key, records it
+	// (replacing an entry of the same key); keys older than keyTTL are
+	// pruned on the way. The session must have been thawed at epoch. An
+	// error wrapping ErrOutcomeUnknown may have landed.
+	Accept(ctx context.Context, key string, epoch int64, in InboxEntry, keyTTL time.Duration) error
+	// CompleteTurn fences key at epoch, raises the stored seq to t.Seq and,
+	// if the inbox holds an entry at t.Input, removes it and appends
+	// t.Messages to the history; without the entry (the turn's end was
+	// written already) the history is left as it is, so a repeated write is
+	// harmless. An error wrapping ErrOutcomeUnknown may have landed.
+	CompleteTurn(ctx context.Context, key string, epoch int64, t TurnRecord) error
+	// Read returns key's stored state without writing: epoch, seq, inbox and
+	// one page of history (q). ok is false when the session has no row.
+	Read(ctx context.Context, key string, q HistoryQuery) (st StoredSession, ok bool, err error)
+	// Unfinished lists up to limit sessions whose inbox is not empty
+	// (accepted inputs whose turn has not completed), in no set order.
+	Unfinished(ctx context.Context, limit int) ([]string, error)
 }
 
-// CheckpointStore keeps one checkpoint per session, fenced by epoch.
-type CheckpointStore interface {
-	// Load returns the stored checkpoint; ok is false when there is none.
-	Load(ctx context.Context, key string) (c Checkpoint, ok bool, err error)
-	// Save writes data under epoch if the stored epoch is not ahead of it.
-	// A write that changes no row returns an error wrapping ErrFenced.
-	Save(ctx context.Context, key string, epoch int64, data []byte) error
+// ThawQuery bounds what Thaw loads.
+type ThawQuery struct {
+	HistoryWindow int           // newest history messages to load (0: none)
+	KeyTTL        time.Duration // idempotency key retention
+	MaxKeys       int           // newest keys to load at most
+}
+
+// Thawed is what a new owner starts from.
+type Thawed struct {
+	FromEpoch int64 // the epoch stored before this thaw (0: new session)
+	Seq       int64
+	Inbox     []InboxEntry    // oldest first
+	History   []StoredMessage // the newest HistoryWindow messages, oldest first
+	Keys      []KeyRecord     // oldest first
+}
+
+// InboxEntry is one accepted input: its user_event's position, its
+// idempotency key ("" for none) and the SHA-256 of its canonical body
+// (InputHash).
+type InboxEntry struct {
+	Epoch    int64
+	Seq      int64
+	Input    Input
+	BodyHash [32]byte
+}
+
+// Pos returns the position of the entry's user_event.
+func (e InboxEntry) Pos() Position { return Position{Epoch: e.Epoch, Seq: e.Seq} }
+
+// KeyRecord is one remembered idempotency key: where its input was
+// accepted, the hash of its body, and its age on the store's clock when
+// read (Thaw).
+type KeyRecord struct {
+	Key      string
+	Epoch    int64
+	Seq      int64
+	BodyHash [32]byte
+	Age      time.Duration
+}
+
+// TurnRecord is a completed (or failed) turn as CompleteTurn writes it.
+type TurnRecord struct {
+	Input    Position  // the input's position (its user_event)
+	Messages []Message // appended to the history, in order
+	Seq      int64     // the last seq the turn's events use
+}
+
+// StoredMessage is a history message with its number N (1, 2, … in
+// order of appending) and the position of the input of its turn.
+type StoredMessage struct {
+	N    int64    `json:"n"`
+	Turn Position `json:"turn"`
+	Message
+}
+
+// HistoryQuery selects one page of history: the Limit newest messages
+// numbered below Before (Before <= 0: the newest).
+type HistoryQuery struct {
+	Before int64
+	Limit  int
+}
+
+// StoredSession is a session as Read returns it.
+type StoredSession struct {
+	Epoch   int64
+	Seq     int64
+	Inbox   []InboxEntry    // oldest first
+	History []StoredMessage // the page, oldest first
+	Total   int64           // messages in the whole history
 }
 
 // ReplayLog keeps a bounded, recent history of each session's events so a

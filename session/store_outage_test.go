@@ -42,7 +42,7 @@ func TestStoresUnreachableAreErrorsNotVerdicts(t *testing.T) {
 	t.Cleanup(func() { _ = proxied.Close() })
 
 	leases := session.NewPostgresLeaseStore(pool)
-	checkpoints := session.NewPostgresCheckpointStore(pool)
+	store := session.NewPostgresSessionStore(pool)
 	replay := session.NewRedisReplayLog(proxied, session.RedisReplayConfig{Prefix: prefix, TTL: time.Minute})
 
 	l, err := leases.Claim(ctx, "k", "a/1", time.Minute)
@@ -74,8 +74,10 @@ func TestStoresUnreachableAreErrorsNotVerdicts(t *testing.T) {
 		"claim":   func() error { _, err := leases.Claim(cctx, "k", "b/1", time.Minute); return err }(),
 		"release": leases.Release(cctx, "k", "a/1", l.Epoch),
 		"get":     func() error { _, _, err := leases.Get(cctx, "k"); return err }(),
-		"save":    checkpoints.Save(cctx, "k", 1, []byte(`{}`)),
-		"load":    func() error { _, _, err := checkpoints.Load(cctx, "k"); return err }(),
+		"thaw":    func() error { _, err := store.Thaw(cctx, "k", 1, session.ThawQuery{}); return err }(),
+		"accept":  store.Accept(cctx, "k", 1, session.InboxEntry{Epoch: 1, Seq: 1, Input: session.Input{Type: "m", Data: []byte(`{}`)}}, time.Hour),
+		"turn":    store.CompleteTurn(cctx, "k", 1, session.TurnRecord{Seq: 1}),
+		"read":    func() error { _, _, err := store.Read(cctx, "k", session.HistoryQuery{Limit: 1}); return err }(),
 		"append":  replay.Append(cctx, redisEvent("s", 1, 2)),
 		"since":   func() error { _, _, err := replay.Since(cctx, "s", session.Position{}, 0); return err }(),
 	} {

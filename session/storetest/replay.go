@@ -1,9 +1,12 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -168,5 +171,21 @@ func assertSince(t *testing.T, l session.ReplayLog, id string, after session.Pos
 	}
 	if fmt.Sprint(got) != fmt.Sprint(append([]session.Position{}, want...)) || complete != wantComplete {
 		t.Fatalf("since %s %v = %v complete %v, want %v complete %v", id, after, got, complete, want, wantComplete)
+	}
+}
+
+// assertJSONEqual compares two JSON documents by value (whitespace and key
+// order aside).
+func assertJSONEqual(t *testing.T, got, want []byte) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatalf("got invalid JSON %q: %v", got, err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatalf("want invalid JSON %q: %v", want, err)
+	}
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("JSON = %s, want %s", bytes.TrimSpace(got), bytes.TrimSpace(want))
 	}
 }

@@ -1,0 +1,122 @@
+package session
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"time"
+)
+
+// InputHash is the SHA-256 of an input's canonical body: its type, a zero
+// byte, and its data with insignificant whitespace removed (json.Compact;
+// the raw bytes when data is not valid JSON). The idempotency key is not
+// part of it. Two inputs under one key are the same event exactly when
+// their hashes are equal (docs/OWNERSHIP.md "Durable inbox and history").
+func InputHash(in Input) [32]byte {
+	var b bytes.Buffer
+	b.Grow(len(in.Type) + 1 + len(in.Data))
+	b.WriteString(in.Type)
+	b.WriteByte(0)
+	n := b.Len()
+	if err := json.Compact(&b, in.Data); err != nil {
+		b.Truncate(n)
+		b.Write(in.Data)
+	}
+	return sha256.Sum256(b.Bytes())
+}
+
+// pendingInput is an accepted input waiting for its turn (an inbox entry).
+type pendingInput struct {
+	Input Input
+	Epoch int64
+	Seq   int64
+}
+
+func (p pendingInput) pos() Position { return Position{Epoch: p.Epoch, Seq: p.Seq} }
+
+// keyEntry remembers one accepted idempotency key: the position of its
+// user_event, the hash of its body (zero: unknown, carried over from an
+// agent_checkpoints document by migration 00003) and when it is forgotten, on the Manager's clock.
+type keyEntry struct {
+	Key     string
+	Pos     Position
+	Hash    [32]byte
+	Expires time.Time
+}
+
+// keySet is the bounded set of a session's idempotency keys: at most max
+// keys (the oldest forgotten first), each until its expiry. Not safe for
+// concurrent use (the actor owns it).
+type keySet struct {
+	max   int
+	order []keyEntry // oldest first
+	index map[string]keyEntry
+}
+
+// newKeySet returns a set holding the thawed keys recs (oldest first),
+// each expiring ttl after it was accepted: now + ttl - its age.
+func newKeySet(max int, ttl time.Duration, now time.Time, recs []KeyRecord) *keySet {
+	k := &keySet{max: max, index: make(map[string]keyEntry)}
+	for _, r := range recs {
+		k.add(keyEntry{Key: r.Key, Pos: Position{Epoch: r.Epoch, Seq: r.Seq}, Hash: r.BodyHash, Expires: now.Add(ttl - r.Age)})
+	}
+	return k
+}
+
+// lookup returns key's entry if it is remembered and not expired at now.
+func (k *keySet) lookup(key string, now time.Time) (keyEntry, bool) {
+	e, ok := k.index[key]
+	if !ok || !now.Before(e.Expires) {
+		return keyEntry{}, false
+	}
+	return e, true
+}
+
+// add remembers e (replacing an expired entry of the same key), evicting
+// the oldest keys beyond the bound.
+func (k *keySet) add(e keyEntry) {
+	if e.Key == "" || k.max <= 0 {
+		return
+	}
+	if _, ok := k.index[e.Key]; ok {
+		for i := range k.order {
+			if k.order[i].Key == e.Key {
+				k.order = append(k.order[:i:i], k.order[i+1:]...)
+				break
+			}
+		}
+	}
+	k.index[e.Key] = e
+	k.order = append(k.order, e)
+	if n := len(k.order) - k.max; n > 0 {
+		for _, old := range k.order[:n] {
+			delete(k.index, old.Key)
+		}
+		k.order = append([]keyEntry(nil), k.order[n:]...)
+	}
+}
+
+// inputText is the text of an input as the history and the echo agent see
+// it: data.text when data is an object with a string "text", the string
+// itself when data is a JSON string, else the raw JSON of data.
+func inputText(in Input) string {
+	raw := bytes.TrimSpace(in.Data)
+	if len(raw) == 0 {
+		return ""
+	}
+	switch raw[0] {
+	case '{':
+		var obj struct {
+			Text *string `json:"text"`
+		}
+		if json.Unmarshal(raw, &obj) == nil && obj.Text != nil {
+			return *obj.Text
+		}
+	case '"':
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return s
+		}
+	}
+	return string(raw)
+}
