@@ -170,9 +170,20 @@ func (p *Proc) Kill() error {
 	return nil
 }
 
-// Pause sends SIGSTOP: the process stays alive (sockets open, NATS
-// subscriptions registered) but runs nothing until Resume.
-func (p *Proc) Pause() error { return p.Signal(syscall.SIGSTOP) }
+// Pause sends SIGSTOP and waits until every thread of the process has
+// stopped (on Linux; see waitStopped): the process stays alive (sockets
+// open, NATS subscriptions registered) but runs nothing until Resume.
+func (p *Proc) Pause() error {
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	pid := p.cmd.Process.Pid
+	p.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
+	defer cancel()
+	return waitStopped(ctx, pid)
+}
 
 // Resume sends SIGCONT.
 func (p *Proc) Resume() error { return p.Signal(syscall.SIGCONT) }
