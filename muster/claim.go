@@ -64,7 +64,7 @@ func (sh *shard) claim(r *joinReq) {
 	s.worker(func() {
 		err := s.call(router, &wireMsg{Kind: kindOccupied, Inc: seq.Inc, Group: g, Seq: seq})
 		s.met.ClaimRPC(err == nil)
-		s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "occupied", "router", router, "group", g, "ok", err == nil)
+		s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "occupied", "router", router, "group", g, "ok", err == nil, "err", errText(err))
 		sh.mbox.postAsync(&occupiedDone{group: g, seq: seq, err: err})
 	})
 	s.crashPoint("shard.pending.dispatched")
@@ -200,7 +200,7 @@ func (sh *shard) flush() {
 		s.worker(func() {
 			err := s.call(router, &wireMsg{Kind: kindVacant, Inc: seq.Inc, Groups: groups, Seq: seq})
 			s.met.VacantBatch(err == nil, len(groups))
-			s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "vacant_batch", "router", router, "ok", err == nil)
+			s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "vacant_batch", "router", router, "ok", err == nil, "err", errText(err))
 			sh.mbox.postAsync(&vacantDone{router: router, groups: groups, seq: seq, err: err})
 		})
 	}

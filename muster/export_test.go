@@ -19,6 +19,17 @@ func (s *Scope) ForceDown(node string) {
 	s.coord.mbox.postAsync(&suspectReq{node})
 }
 
+// SyncCoordinator returns once the coordinator has handled every message
+// posted to it before the call (no time bound, unlike Dump).
+func (s *Scope) SyncCoordinator() {
+	done := make(chan struct{})
+	s.coord.mbox.postAsync(&coordFunc{func(*coordinator) error { close(done); return nil }})
+	select {
+	case <-done:
+	case <-s.closing:
+	}
+}
+
 // FlushAll triggers every shard's vacant flush.
 func (s *Scope) FlushAll() {
 	for _, sh := range s.shards {

@@ -69,6 +69,15 @@ func runModel(t *testing.T, seed int64) {
 	defer func() {
 		if t.Failed() {
 			t.Logf("FAILING SEED %d: replay with go test ./muster -run 'TestModel/seed=%d$' -muster.seed=%d", seed, seed, seed)
+			if dir := os.Getenv("MUSTER_MODEL_TRACE_DIR"); dir != "" {
+				var all []byte
+				for _, e := range c.tr.Events() {
+					all = append(all, e.At.Format("15:04:05.000000 ")...)
+					all = append(all, e.String()...)
+					all = append(all, '\n')
+				}
+				_ = os.WriteFile(fmt.Sprintf("%s/seed-%d.trace", dir, seed), all, 0o644)
+			}
 		}
 	}()
 	pool := []string{"n1", "n2", "n3", "n4", "n5"}

@@ -271,6 +271,13 @@ func TestChainedDeltas(t *testing.T) {
 
 // D:4448: a round's failure that arrives after its router already left the
 // view does not reset the coordinator.
+//
+// Forced ordering: c's coordinator is held at the round's apply until c's
+// link to t is cut, so the incarnation c restarts under after the injected
+// crash never reaches t (were t to admit it, a round to it failing at c's
+// stop would be a failure about a member, which rightly resets t: the race
+// that made this test flaky under load). The round's result is held until t
+// has departed c and rebalanced to [t].
 func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
 	c := newCluster(t, 1)
 	c.mod = func(_ string, cfg *muster.Config) { cfg.RPCTimeout = 300 * time.Millisecond }
@@ -280,8 +287,15 @@ func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
 	joinOK(t, tt, g)
 	until, release := releaser(c)
 	c.tr.Park(kindOf("muster_rpc_result", "t", "fn", "round", "router", "c"), until)
+	applyUntil, applyRelease := releaser(c)
+	c.tr.Park(kindOf("muster_round_apply", "c", "span", "start", "source", "t"), applyUntil)
 	cs := c.add("c")
 	cs.ArmCrash("coordinator.round.apply", 1)
+	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_round_apply", "c", "span", "start", "source", "t")); err != nil {
+		t.Fatal(err)
+	}
+	c.net.Block("c", "t")
+	applyRelease()
 	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_injected_crash", "c")); err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +315,7 @@ func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
 	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_round_failed", "t", "router", "c", "member", false)); err != nil {
 		t.Fatal(err)
 	}
-	_ = tt.Dump() // the coordinator is past the failure handler
+	tt.SyncCoordinator() // the coordinator is past the failure handler
 	if n := c.tr.Count(kindOf("muster_coordinator_crash", "t")); n != 0 {
 		t.Fatal("a failure about a departed router reset the coordinator")
 	}

@@ -39,6 +39,7 @@ func (c *coordinator) beginRound(target []NodeID) error {
 		id := NodeID{n, c.peers[n]}
 		s.worker(func() {
 			err := s.call(id.Name, &wireMsg{Kind: kindPrepare, Inc: seq.Inc, Seq: seq})
+			s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "prepare", "router", id.Name, "ok", err == nil, "err", errText(err))
 			c.mbox.postAsync(&prepareDone{node: id, seq: seq, err: err})
 		})
 	}
@@ -235,7 +236,7 @@ func (c *coordinator) dispatchRound(to NodeID, groups []string, seq Seq, full bo
 	s.tr.Emit("muster_round_dispatch", "scope", s.name, "node", s.self, "router", to.Name, "full", full, "groups", len(groups), "seq", seq)
 	s.worker(func() {
 		err := s.call(to.Name, msg)
-		s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "round", "router", to.Name, "full", full, "ok", err == nil)
+		s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "round", "router", to.Name, "full", full, "ok", err == nil, "err", errText(err))
 		c.mbox.postAsync(&roundDone{router: to, seq: seq, err: err})
 	})
 }

@@ -377,3 +377,11 @@ func (l *liveness) silence(node string) {
 	}
 	l.mu.Unlock()
 }
+
+// errText is err's text for trace points ("" for nil).
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
