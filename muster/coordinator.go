@@ -34,8 +34,9 @@ type coordinator struct {
 	promoted bool                 // left the initial singleton state
 	leaving  bool
 	drain    *drainState
-	drainMu  sync.Mutex // guards drain pointer for Drain's timeout path
-	started  bool       // first init done
+	drainMu  sync.Mutex            // guards drain pointer for Drain's timeout path
+	started  bool                  // first init done
+	rings    map[string]*ring.Ring // ringOf's cache; survives restarts (rings are pure)
 }
 
 // viewEntry is a peer's latest announcement.

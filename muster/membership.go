@@ -2,6 +2,7 @@ package muster
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -257,11 +258,30 @@ func (c *coordinator) retractMoved(from string, mv *ringMove) {
 	if mv == nil || from == s.self || slices.Equal(mv.Prev, mv.Cur) {
 		return
 	}
-	prev := ring.New(mv.Prev, s.cfg.VirtualNodes)
-	cur := ring.New(mv.Cur, s.cfg.VirtualNodes)
+	prev, cur := c.ringOf(mv.Prev), c.ringOf(mv.Cur)
 	onto := func(g string) bool { return cur.Find(g) == s.self && prev.Find(g) != s.self }
 	for _, g := range s.occ.retract(from, mv.Seq, onto, time.Now()) {
 		s.tr.Emit("muster_moved_retracted", "scope", s.name, "node", s.self, "group", g, "source", from, "seq", mv.Seq)
 		s.log.Debug("muster: retracted a row of a group moved onto us", zap.String("group", g), zap.String("source", from), zap.Stringer("seq", mv.Seq))
 	}
 }
+
+// ringOf returns the ring over names, from a small cache: every peer's
+// heartbeat marker carries its last ring transition, and rebuilding two
+// rings per marker dominated the coordinator's work. Rings are immutable and
+// depend only on the names and VirtualNodes. Coordinator goroutine only.
+func (c *coordinator) ringOf(names []string) *ring.Ring {
+	key := strings.Join(names, "\x00")
+	if r, ok := c.rings[key]; ok {
+		return r
+	}
+	if c.rings == nil || len(c.rings) >= ringCacheSize {
+		c.rings = make(map[string]*ring.Ring, ringCacheSize)
+	}
+	r := ring.New(names, c.s.cfg.VirtualNodes)
+	c.rings[key] = r
+	return r
+}
+
+// ringCacheSize bounds ringOf's cache (it is dropped whole when full).
+const ringCacheSize = 32
