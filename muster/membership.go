@@ -142,6 +142,13 @@ func (c *coordinator) depart(id NodeID, reason string) error {
 		delete(c.views, id.Name)
 	}
 	delete(c.owed, id.Name)
+	// A member's rows are about to go while our view still counts it: stop
+	// answering Targets for that view first, or a sender on it would get a
+	// confident answer without the departed node's groups until the
+	// rebalance below publishes the shrunk view.
+	if Status(s.status.Load()) == Ready && slices.ContainsFunc(c.members, func(m NodeID) bool { return m.Name == id.Name && m.Inc <= id.Inc }) {
+		c.setStatus(Converging)
+	}
 	rows := s.occ.departed(id.Name, id.Inc)
 	if c.drain != nil {
 		c.drain.acked(id.Name)

@@ -324,3 +324,44 @@ func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
 	})
 	joinOK(t, tt, "after")
 }
+
+// Found by TestModel (seed 55): a departure deleted the departed member's
+// rows while the router still answered Ready on the view that counted it,
+// so for a moment Targets told a sender on that view, with confidence, that
+// nobody held a group the departed (falsely suspected) node still held.
+// Forced ordering: the router's coordinator is held right after the
+// departure's cleanup, before the shrink's rebalance; Targets for the old
+// view must not answer without the holder.
+func TestDepartureRowsGoneWhileReadyOnOldView(t *testing.T) {
+	c := newCluster(t, 1)
+	for _, n := range []string{"a", "b", "c"} {
+		c.add(n)
+	}
+	c.waitReady("a", "b", "c")
+	a := c.node("a")
+	g := groupRoutedTo("g", []string{"a", "b", "c"}, "a", nil, "")
+	joinOK(t, c.node("b"), g)
+	old := a.ViewHash()
+	if nodes, ok := a.Targets(g, old); !ok || !slices.Equal(nodes, []string{"b"}) {
+		t.Fatalf("before: Targets = %v %v", nodes, ok)
+	}
+	until, release := releaser(c)
+	at := kindOf("muster_peer_down", "a", "peer", "b")
+	c.tr.Park(at, until)
+	a.ForceDown("b")
+	if _, err := c.tr.WaitFor(ctxT(t), at); err != nil {
+		t.Fatal(err)
+	}
+	if a.Occupancy(g) != nil {
+		t.Fatalf("the departure kept b's row: %v", a.Occupancy(g))
+	}
+	if nodes, ok := a.Targets(g, old); ok {
+		t.Fatalf("Targets on the old view after b's rows went = %v, true; want a flood", nodes)
+	}
+	release()
+	c.waitReady("a", "b", "c")
+	eventually(t, 10*time.Second, "b's row back at a", func() bool {
+		nodes, ok := a.Targets(g, a.ViewHash())
+		return ok && slices.Equal(nodes, []string{"b"})
+	})
+}

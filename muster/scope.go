@@ -212,12 +212,23 @@ func (s *Scope) Router(group string) RouteResult {
 // hash (the occupancy table can be trusted); otherwise ok=false and the
 // caller floods every node its transport knows (never Members()). The
 // caller also re-checks that Router(group) still names this node.
+//
+// The rows are read between two checks of status and view hash: a writer
+// that removes a member's rows (a departure) first leaves Ready, so a read
+// that raced with it fails the second check instead of answering without
+// that member.
 func (s *Scope) Targets(group string, senderViewHash uint64) (nodes []string, ok bool) {
-	if Status(s.status.Load()) != Ready || s.viewHash.Load() != senderViewHash {
+	trusted := func() bool { return Status(s.status.Load()) == Ready && s.viewHash.Load() == senderViewHash }
+	if !trusted() {
 		s.met.Flood()
 		return nil, false
 	}
-	return s.occ.sources(group), true
+	nodes = s.occ.sources(group)
+	if !trusted() {
+		s.met.Flood()
+		return nil, false
+	}
+	return nodes, true
 }
 
 // ViewHash returns the published view hash (see ViewHash the function).
