@@ -35,7 +35,7 @@ func envInt(k string, def int) int {
 // actually have happened (a model whose failure detector never fires proves
 // nothing about it).
 var modelCounts struct {
-	fdFired, fdWanted, pauses, oneWay, safetyChecks, stableSweeps atomic.Int64
+	fdFired, fdWanted, pauses, oneWay, safetyChecks, stableSweeps, hostStalls atomic.Int64
 }
 
 // TestModel drives random joins, leaves, member deaths, node adds, removes
@@ -86,9 +86,9 @@ func TestModel(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("model: %d runs, failure detector fired %d of %d times, %d pauses, %d one-way cuts, %d safety checks, %d stable re-checks",
+	t.Logf("model: %d runs, failure detector fired %d of %d times, %d pauses, %d one-way cuts, %d safety checks, %d stable re-checks, %d host stalls re-converged",
 		len(seeds), modelCounts.fdFired.Load(), modelCounts.fdWanted.Load(), modelCounts.pauses.Load(),
-		modelCounts.oneWay.Load(), modelCounts.safetyChecks.Load(), modelCounts.stableSweeps.Load())
+		modelCounts.oneWay.Load(), modelCounts.safetyChecks.Load(), modelCounts.stableSweeps.Load(), modelCounts.hostStalls.Load())
 	if len(seeds) >= 50 && (modelCounts.fdFired.Load() == 0 || modelCounts.pauses.Load() == 0 || modelCounts.oneWay.Load() == 0) {
 		t.Fatal("the runs never exercised the failure detector, a pause or a one-way cut")
 	}
@@ -179,13 +179,52 @@ func runModel(t *testing.T, seed int64) {
 	c.net.Heal()
 	c.net.SetDefaultLink(memnet.LinkFaults{})
 	md.checkSafety()
+	since := c.mark() // calls dropped by the faults may still time out after this
 	md.checkQuiescent()
+	stalls := 0
 	for range 3 {
+		mark := c.mark()
 		md.sweep()
 		md.checkSafety()
-		md.checkStable()
+		if msg, _ := md.converged(); msg != "" {
+			// No fault is injected any more, so a call can time out, or a
+			// peer fall silent, only because the host stalled this process
+			// longer than RPCTimeout or PeerDownAfter (or a call the faults
+			// dropped timed out late); the protocol's answer (a reset) is
+			// right, and the run must converge again, at most twice.
+			// Anything else that undoes convergence is a bug.
+			stall := md.hostStall(since)
+			if stall == "" || stalls == 2 {
+				md.fail("not stable after a further sweep: %s", msg)
+			}
+			stalls++
+			modelCounts.hostStalls.Add(1)
+			md.t.Logf("host stall (%s) undid convergence (%s); waiting for it again", stall, msg)
+			since = c.mark()
+			md.checkQuiescent()
+			continue
+		}
+		since = mark
 		modelCounts.stableSweeps.Add(1)
 	}
+}
+
+// hostStall returns the first trace event after mark that only a stalled
+// host explains once faults stopped: a call that timed out, or a peer
+// declared down for silence ("" if none).
+func (md *modelRun) hostStall(mark uint64) string {
+	for _, e := range md.c.tr.Events() {
+		if e.Seq <= mark {
+			continue
+		}
+		switch {
+		case e.Kind == "muster_rpc_result" && strings.Contains(fmt.Sprint(e.Get("err")), "deadline exceeded"):
+			return e.String()
+		case e.Kind == "muster_peer_down" && e.Get("reason") == "silent":
+			return e.String()
+		}
+	}
+	return ""
 }
 
 func (md *modelRun) liveNodes() []string {
@@ -486,13 +525,6 @@ func (md *modelRun) checkQuiescent() {
 		}
 		md.sweep()
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// checkStable checks, without waiting, that the converged state holds.
-func (md *modelRun) checkStable() {
-	if msg, _ := md.converged(); msg != "" {
-		md.fail("not stable after a further sweep: %s", msg)
 	}
 }
 
