@@ -57,7 +57,8 @@ var modelCounts struct {
 // checks it all again at once: convergence is stable, not a one-off.
 //
 // A failing seed prints its replay command (-muster.seed=N or
-// MUSTER_MODEL_SEED=N); MUSTER_MODEL_TRACE_DIR=dir writes its timed trace.
+// MUSTER_MODEL_SEED=N); MUSTER_MODEL_TRACE_DIR=dir writes its timed trace
+// (MUSTER_MODEL_NETTRACE=1 adds memnet's sends, deliveries and drops).
 // MUSTER_MODEL_RUNS sets the number of seeds (default 200) and
 // MUSTER_MODEL_PARALLEL how many run at a time (default 4).
 func TestModel(t *testing.T) {
