@@ -7,13 +7,18 @@ import "go.uber.org/zap"
 // a fresh seq (taken before the side-effect-free gather, so a vacancy
 // dispatched after the gather always carries a higher seq). It never touches
 // owed snapshots or our watermark, and a failure is only logged.
-func (c *coordinator) antiEntropy() {
+// A shard that does not answer the gather resets the coordinator (non-nil
+// error).
+func (c *coordinator) antiEntropy() error {
 	s := c.s
 	if Status(s.status.Load()) != Ready || len(c.owed) > 0 || len(c.members) <= 1 || c.pending != nil || c.leaving {
-		return
+		return nil
 	}
 	seq := s.nextSeq()
-	held := c.gather(true)
+	held, err := c.gather(true)
+	if err != nil {
+		return err
+	}
 	cur := s.view.Load().cur
 	byRouter := map[string][]string{}
 	for _, g := range held {
@@ -31,4 +36,5 @@ func (c *coordinator) antiEntropy() {
 		})
 	}
 	s.tr.Emit("muster_anti_entropy", "scope", s.name, "node", s.self, "routers", len(byRouter), "groups", len(held))
+	return nil
 }

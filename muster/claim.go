@@ -17,7 +17,7 @@ func (sh *shard) join(r *joinReq) {
 	g := r.group
 	switch st := sh.state(g); st.st {
 	case stateOccupied:
-		sh.register(g, r.m)
+		sh.registerJoin(r)
 		r.respond(nil)
 	case stateCooldown:
 		// Reclaim with no RPC: the router still believes we hold g. When we
@@ -25,7 +25,7 @@ func (sh *shard) join(r *joinReq) {
 		// coordinator restart may have routed g elsewhere meanwhile and
 		// tombstoned it).
 		sh.stopCooldown(g)
-		sh.register(g, r.m)
+		sh.registerJoin(r)
 		sh.setState(g, stateOccupied, Seq{})
 		if s.view.Load().cur.Find(g) == s.self {
 			sh.upsertSelf(g)
@@ -46,7 +46,7 @@ func (sh *shard) claim(r *joinReq) {
 	s, g := sh.s, r.group
 	router := s.view.Load().cur.Find(g)
 	if router == s.self {
-		sh.register(g, r.m)
+		sh.registerJoin(r)
 		sh.setState(g, stateOccupied, Seq{})
 		s.crashPoint("shard.local.registered")
 		sh.upsertSelf(g)
@@ -64,8 +64,8 @@ func (sh *shard) claim(r *joinReq) {
 	s.worker(func() {
 		err := s.call(router, &wireMsg{Kind: kindOccupied, Inc: seq.Inc, Group: g, Seq: seq})
 		s.met.ClaimRPC(err == nil)
-		s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "occupied", "router", router, "group", g, "ok", err == nil)
-		s.postAsync(sh.mbox, &occupiedDone{group: g, seq: seq, err: err})
+		s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "occupied", "router", router, "group", g, "ok", err == nil, "err", errText(err))
+		sh.mbox.postAsync(&occupiedDone{group: g, seq: seq, err: err})
 	})
 	s.crashPoint("shard.pending.dispatched")
 }
@@ -146,7 +146,7 @@ func (sh *shard) startCooldown(g string) {
 	sh.cdToken[g] = tok
 	sh.setState(g, stateCooldown, Seq{})
 	sh.cooldown[g] = time.AfterFunc(s.cfg.Cooldown, func() {
-		s.postAsync(sh.mbox, &cooldownExpired{group: g, token: tok})
+		sh.mbox.postAsync(&cooldownExpired{group: g, token: tok})
 	})
 	s.log.Debug("muster: cooldown", zap.String("group", g))
 }
@@ -200,8 +200,8 @@ func (sh *shard) flush() {
 		s.worker(func() {
 			err := s.call(router, &wireMsg{Kind: kindVacant, Inc: seq.Inc, Groups: groups, Seq: seq})
 			s.met.VacantBatch(err == nil, len(groups))
-			s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "vacant_batch", "router", router, "ok", err == nil)
-			s.postAsync(sh.mbox, &vacantDone{router: router, groups: groups, seq: seq, err: err})
+			s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "vacant_batch", "router", router, "ok", err == nil, "err", errText(err))
+			sh.mbox.postAsync(&vacantDone{router: router, groups: groups, seq: seq, err: err})
 		})
 	}
 }

@@ -13,12 +13,14 @@ import (
 )
 
 // coordinator is the scope's cluster brain: the sole writer of the ring, the
-// committed view, status and view hash. It runs one goroutine; a panic (or an
-// explicit reset) restarts it under a new incarnation, and the restart
-// rebuilds the shards too (one reset story).
+// committed view, status and view hash. It runs one goroutine. A handler that
+// decides the coordinator must start over returns a *resetError up to the
+// loop, which restarts it under a new incarnation; a panic (a crash) is
+// recovered and restarts it the same way. The restart rebuilds the shards
+// too (one reset story).
 type coordinator struct {
 	s    *Scope
-	mbox chan any // durable
+	mbox mailbox[coordMsg] // durable: survives restarts
 
 	// Volatile: reset on every (re)start.
 	members  []NodeID // committed view, sorted, includes self
@@ -32,8 +34,9 @@ type coordinator struct {
 	promoted bool                 // left the initial singleton state
 	leaving  bool
 	drain    *drainState
-	drainMu  sync.Mutex // guards drain pointer for Drain's timeout path
-	started  bool       // first init done
+	drainMu  sync.Mutex            // guards drain pointer for Drain's timeout path
+	started  bool                  // first init done
+	rings    map[string]*ring.Ring // ringOf's cache; survives restarts (rings are pure)
 }
 
 // viewEntry is a peer's latest announcement.
@@ -68,20 +71,45 @@ type (
 	promote  struct{ inc uint64 }
 	settled  struct{}
 	resetReq struct{ reason string }
-	tickReq  struct{ which string }
+	tickReq  struct{ which coordTimer }
 	// suspectReq runs the failure detector with node judged silent whatever
 	// was heard from it since (a forced false suspicion, for tests).
 	suspectReq struct{ node string }
-	coordFunc  struct{ f func(*coordinator) } // runs f on the coordinator goroutine
+	coordFunc  struct{ f func(*coordinator) error } // runs f on the coordinator goroutine
 )
 
-// resetSignal makes the coordinator restart without logging a crash.
-type resetSignal struct{ reason string }
+// coordTimer names one of the coordinator's periodic jobs (tickReq).
+type coordTimer uint8
+
+const (
+	timerHeartbeat coordTimer = iota + 1 // heartbeat
+	timerGC                              // gcTick
+	timerFD                              // failureDetector
+	timerAE                              // antiEntropy
+)
+
+// resetError is returned up the coordinator's call chain by a handler that
+// decided the coordinator must restart under a new incarnation (expelled,
+// a prepare or round refused or failed toward a member, a shard that did not
+// answer a gather). The loop restarts on it; nothing after the decision runs.
+type resetError struct {
+	reason string
+	err    error // cause, if any
+}
+
+func (e *resetError) Error() string {
+	if e.err != nil {
+		return "muster: coordinator reset: " + e.reason + ": " + e.err.Error()
+	}
+	return "muster: coordinator reset: " + e.reason
+}
+
+func (e *resetError) Unwrap() error { return e.err }
 
 var errGatherTimeout = errors.New("muster: shard gather timed out")
 
 func newCoordinator(s *Scope) *coordinator {
-	return &coordinator{s: s, mbox: make(chan any, 4096)}
+	return &coordinator{s: s, mbox: newMailbox[coordMsg](4096, s.closing)}
 }
 
 func (c *coordinator) run() {
@@ -93,22 +121,20 @@ func (c *coordinator) run() {
 	}
 }
 
+// loop runs the coordinator until the scope closes (false) or it must
+// restart (true): a handler returned a *resetError, or it panicked.
 func (c *coordinator) loop() (restart bool) {
 	s := c.s
 	defer func() {
 		if r := recover(); r != nil {
-			reason := fmt.Sprint(r)
-			if rs, ok := r.(resetSignal); ok {
-				reason = rs.reason
-				s.log.Info("muster: coordinator reset", zap.String("reason", reason))
-			} else {
-				s.log.Error("muster: coordinator crashed; restarting", zap.Any("panic", r))
-			}
-			s.tr.Emit("muster_coordinator_crash", "scope", s.name, "node", s.self, "reason", reason)
+			s.log.Error("muster: coordinator crashed; restarting", zap.Any("panic", r))
+			s.tr.Emit("muster_coordinator_crash", "scope", s.name, "node", s.self, "reason", fmt.Sprint(r))
 			restart = true
 		}
 	}()
-	c.init()
+	if err := c.init(); err != nil {
+		return c.restart(err)
+	}
 	ping := time.NewTicker(s.cfg.PingInterval)
 	defer ping.Stop()
 	hb := time.NewTicker(s.cfg.ViewHeartbeat)
@@ -122,46 +148,67 @@ func (c *coordinator) loop() (restart bool) {
 		ae = t.C
 	}
 	inc := s.inc.Load()
-	promo := time.AfterFunc(s.cfg.SingletonPromotion, func() { s.postAsync(c.mbox, &promote{inc}) })
+	promo := time.AfterFunc(s.cfg.SingletonPromotion, func() { c.mbox.postAsync(&promote{inc}) })
 	defer promo.Stop()
 	for {
+		var err error
 		select {
 		case <-s.closing:
 			return false
 		case <-ping.C:
-			c.failureDetector()
+			err = c.failureDetector()
 		case <-hb.C:
 			c.heartbeat()
 		case <-gc.C:
 			c.gcTick()
 		case <-ae:
-			c.antiEntropy()
-		case msg := <-c.mbox:
-			c.handle(msg)
+			err = c.antiEntropy()
+		case msg := <-c.mbox.ch:
+			err = c.handle(msg)
+		}
+		if err != nil {
+			return c.restart(err)
 		}
 	}
 }
 
-func (c *coordinator) handle(msg any) {
+// restart logs and traces a reset decided by a handler (err is a
+// *resetError, or any error from init).
+func (c *coordinator) restart(err error) bool {
+	s := c.s
+	reason := err.Error()
+	var re *resetError
+	if errors.As(err, &re) {
+		reason = re.reason
+	}
+	s.log.Info("muster: coordinator reset", zap.String("reason", reason), zap.Error(err))
+	s.tr.Emit("muster_coordinator_crash", "scope", s.name, "node", s.self, "reason", reason)
+	return true
+}
+
+// handle runs one mailbox message. A non-nil error restarts the
+// coordinator.
+func (c *coordinator) handle(msg coordMsg) error {
 	s := c.s
 	switch m := msg.(type) {
 	case *nodeSeen:
-		c.onNodeSeen(m.id)
+		return c.onNodeSeen(m.id)
 	case *inbound:
-		c.onInbound(m.from, m.m)
+		return c.onInbound(m.from, m.m)
 	case *inboundCall:
-		var err error
+		var reply, err error
 		switch m.m.Kind {
 		case kindRound:
-			err = c.applyRound(m.from, m.m)
+			reply, err = c.applyRound(m.from, m.m)
 		case kindPrepare:
-			err = c.applyPrepare(m.from, m.m)
+			reply = c.applyPrepare(m.from, m.m)
 		}
-		m.reply <- err
+		m.reply <- reply
+		return err
 	case *roundDone:
-		c.onRoundDone(m)
+		return c.onRoundDone(m)
 	case *prepareDone:
-		c.onPrepareDone(m)
+		return c.onPrepareDone(m)
 	case *promote:
 		if m.inc == s.inc.Load() && !c.promoted {
 			c.promoted = true
@@ -177,31 +224,33 @@ func (c *coordinator) handle(msg any) {
 	case *dumpReq:
 		m.reply <- c.dump()
 	case *resetReq:
-		panic(resetSignal{m.reason})
+		return c.reset(m.reason)
 	case *coordFunc:
-		m.f(c)
+		return m.f(c)
 	case *tickReq:
 		switch m.which {
-		case "heartbeat":
+		case timerHeartbeat:
 			c.heartbeat()
-		case "gc":
+		case timerGC:
 			c.gcTick()
-		case "fd":
-			c.failureDetector()
-		case "ae":
-			c.antiEntropy()
+		case timerFD:
+			return c.failureDetector()
+		case timerAE:
+			return c.antiEntropy()
 		}
 	case *suspectReq:
 		c.s.live.silence(m.node)
-		c.failureDetector(m.node)
+		return c.failureDetector(m.node)
 	}
+	return nil
 }
 
 // init is the coordinator's (re)start: a fresh incarnation (a restart never
 // reuses the old identity), the ring reset to [self], status converging
 // until discovery converges or singleton promotion fires, shards rebuilt,
-// discovery broadcast.
-func (c *coordinator) init() {
+// discovery broadcast. It fails only when a shard does not answer the
+// rebuild within GatherTimeout (the loop then restarts again).
+func (c *coordinator) init() error {
 	s := c.s
 	inc := s.cfg.Incarnation
 	if c.started {
@@ -231,40 +280,47 @@ func (c *coordinator) init() {
 	c.viewSeq = s.nextSeq()
 	c.move = ringMove{Seq: c.viewSeq, Prev: []string{s.self}, Cur: []string{s.self}}
 	if c.started {
-		c.rebuildShards()
+		if err := c.rebuildShards(); err != nil {
+			return err
+		}
 	}
 	c.started = true
 	s.tr.Emit("muster_coordinator_init", "scope", s.name, "node", s.self, "inc", inc)
 	s.log.Info("muster: coordinator started", zap.Uint64("incarnation", inc))
 	s.broadcast(&wireMsg{Kind: kindPing, Inc: inc})
 	s.broadcast(c.discoverMsg(kindDiscover, ""))
+	return nil
 }
 
-func (c *coordinator) rebuildShards() {
+// rebuildShards has every shard reconcile from its durable tables (failing
+// the joins parked on it with ErrRestarted), bounded by GatherTimeout.
+func (c *coordinator) rebuildShards() error {
 	s := c.s
 	timeout := time.NewTimer(s.cfg.GatherTimeout)
 	defer timeout.Stop()
 	for _, sh := range s.shards {
 		req := &rebuildReq{done: make(chan struct{})}
 		select {
-		case sh.mbox <- req:
+		case sh.mbox.ch <- req:
 		case <-timeout.C:
-			panic(errGatherTimeout)
+			return &resetError{reason: "shard rebuild", err: errGatherTimeout}
 		case <-s.closing:
-			return
+			return nil
 		}
 		select {
 		case <-req.done:
 		case <-timeout.C:
-			panic(errGatherTimeout)
+			return &resetError{reason: "shard rebuild", err: errGatherTimeout}
 		case <-s.closing:
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
-// reset restarts the coordinator under a new incarnation.
-func (c *coordinator) reset(reason string) { panic(resetSignal{reason}) }
+// reset returns the *resetError that makes the loop restart the coordinator
+// under a new incarnation. Callers return it at once.
+func (c *coordinator) reset(reason string) error { return &resetError{reason: reason} }
 
 func (c *coordinator) setStatus(st Status) {
 	s := c.s
@@ -285,7 +341,7 @@ func (c *coordinator) setStatus(st Status) {
 
 // failureDetector departs every incarnation silent for PeerDownAfter, and the
 // peers named in forced whatever was heard from them.
-func (c *coordinator) failureDetector(forced ...string) {
+func (c *coordinator) failureDetector(forced ...string) error {
 	s := c.s
 	// Every incarnation heard from, registered or not, is judged: an
 	// unregistered one may still have written rows (a claim or round that
@@ -293,15 +349,20 @@ func (c *coordinator) failureDetector(forced ...string) {
 	cutoff := time.Now().Add(-s.cfg.PeerDownAfter)
 	for _, id := range s.live.silent(cutoff) {
 		if id.Name != s.self && s.occ.admit(id.Name, id.Inc) != admitDeparted {
-			c.depart(id, "silent")
+			if err := c.depart(id, "silent"); err != nil {
+				return err
+			}
 		}
 	}
 	for name, inc := range c.peers {
 		if slices.Contains(forced, name) || s.live.last(name, inc).Before(cutoff) {
-			c.depart(NodeID{name, inc}, "silent")
+			if err := c.depart(NodeID{name, inc}, "silent"); err != nil {
+				return err
+			}
 		}
 	}
 	s.broadcast(&wireMsg{Kind: kindPing, Inc: s.inc.Load()})
+	return nil
 }
 
 func (c *coordinator) gcTick() {

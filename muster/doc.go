@@ -28,6 +28,18 @@
 // restarted and reconciles from them (live members re-adopted, outstanding
 // assertions driven to retraction); a panicking coordinator is restarted
 // under a new incarnation and rebuilds every shard too (one reset story).
+// A join the shard was answering when it crashed gets ErrRestarted and its
+// member is rolled back first: ErrRestarted always means nothing was
+// registered.
+//
+// Each goroutine reads a typed mailbox (a sealed message interface per
+// goroutine kind). A panic is a crash, never control flow: a coordinator
+// handler that decides to start over (expelled; a prepare or round refused,
+// or failed toward a member; a shard that missed the gather) returns a
+// reset error up its call chain, and the loop restarts the coordinator
+// exactly as after a crash. A Call's remote error carries a Code on the wire
+// (RemoteError.Code; ErrNotPeer is CodeNotPeer), and callers match it with
+// errors.Is, never by its text.
 //
 // The coordinator is the only writer of the ring (muster/ring, 128 virtual
 // nodes per member, current and previous generation), the committed view,
@@ -60,6 +72,13 @@
 // below that seq for groups that moved onto it in that transition (the
 // held ones were re-sent at that seq, which wins over the tombstone).
 // TestVacatedWhileRoutedAwayThenRoutedBack forces this ordering.
+//
+// A departure (silence, forced suspicion, a leaving peer, a newer
+// incarnation) first leaves Ready when the departed incarnation is in the
+// committed view, then removes its rows, then shrinks the view; Targets
+// reads the rows between two checks of status and view hash. So no sender
+// on the old view is told, with confidence, that a group has no holder the
+// departed node still has (TestDepartureRowsGoneWhileReadyOnOldView).
 //
 // Readiness: each node keeps member_views, the newest-seq announcement
 // {view hash, watermark} of every peer (from rounds, markers, the discovery
@@ -150,4 +169,33 @@
 // Metrics are hooks (Metrics, nil allowed). Dump gives status, view hash,
 // members, peers' views, owed snapshots, claim states and occupancy as JSON
 // or text.
+//
+// # Drain
+//
+// Drain returns nil once every peer acknowledged and DrainSettle passed; a
+// ctx that ends during the settle (every peer already acknowledged) also
+// returns nil, since the hand-off is complete
+// (TestDrainDeadlineDuringSettleIsDone). Only a ctx that ends before the
+// last acknowledgement gives a *DrainError naming the peers left.
+//
+// # Tests
+//
+// Concurrency is tested with trace points and forced orderings (Park until
+// a release event), never sleeps. Besides the orderings named above:
+// TestShardCrashInLocalJoinWindows and TestShardCrashInRemoteJoinWindows
+// (ErrRestarted registers nothing), TestLateRoundFailureAboutDepartedRouter
+// (a late failure about a departed router does not reset), the transport
+// contract suite in muster/memnet/transporttest (CallRemoteErrorCarriesCode)
+// and TestRemoteErrorMatchesByCode.
+//
+// TestModel (MUSTER_MODEL_RUNS seeded runs, default 200; a failing seed
+// prints its replay command) drives joins, leaves, member deaths, node
+// adds, removes and restarts, shard crashes, coordinator resets, lossy
+// links, two-sided partitions, one-way cuts, paused nodes and silences the
+// failure detector really fires on, against its own record of successful
+// joins, leaves, deaths and stops. During the run it checks that a ready
+// router never omits a live holder on its view from Targets; after the
+// faults stop, that every node is ready on one view, local members equal
+// the record, Targets equal the record's holders and no non-router keeps a
+// row; then it sweeps again and re-checks at once (stable convergence).
 package muster

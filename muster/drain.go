@@ -16,7 +16,6 @@ type drainState struct {
 	done    bool
 	settle  *time.Timer
 	s       *Scope
-	mbox    chan any
 }
 
 func (d *drainState) acked(node string) {
@@ -24,9 +23,19 @@ func (d *drainState) acked(node string) {
 	delete(d.unacked, node)
 	start := len(d.unacked) == 0 && d.settle == nil && !d.done
 	if start {
-		d.settle = time.AfterFunc(d.s.cfg.DrainSettle, func() { d.s.postAsync(d.mbox, &settled{}) })
+		d.settle = time.AfterFunc(d.s.cfg.DrainSettle, func() { d.s.coord.mbox.postAsync(&settled{}) })
 	}
 	d.mu.Unlock()
+	if start {
+		d.s.tr.Emit("muster_drain_settle", "scope", d.s.name, "node", d.s.self)
+	}
+}
+
+// handedOff reports whether every peer acknowledged (the settle started).
+func (d *drainState) handedOff() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.settle != nil
 }
 
 func (d *drainState) pending() []string {
@@ -60,14 +69,17 @@ func (d *drainState) finish(err error) {
 // routers) and acknowledges. Once all acknowledged, Drain waits DrainSettle
 // so broadcasts already routed here still fan out, then returns nil. If ctx
 // ends first it returns a *DrainError (ErrDrainTimeout) naming the peers that
-// did not acknowledge. Drain is terminal: a drained scope should be closed.
+// did not acknowledge. If ctx ends during the settle (every peer already
+// acknowledged), the hand-off is complete and Drain returns nil. If the
+// coordinator restarts meanwhile it returns an error wrapping ErrRestarted.
+// Drain is terminal: a drained scope should be closed.
 func (s *Scope) Drain(ctx context.Context) error {
 	if err := s.usable(); err != nil {
 		return fmt.Errorf("muster: drain: %w", err)
 	}
 	s.draining.Store(true)
 	req := &drainReq{reply: make(chan error, 1)}
-	if err := s.post(ctx, s.coord.mbox, req); err != nil {
+	if err := s.coord.mbox.post(ctx, req); err != nil {
 		return fmt.Errorf("muster: drain: %w", err)
 	}
 	select {
@@ -77,11 +89,17 @@ func (s *Scope) Drain(ctx context.Context) error {
 		}
 		return nil
 	case <-ctx.Done():
-		d := s.coord.drainSnapshot()
-		if d == nil {
+		d := s.coord.currentDrain()
+		switch {
+		case d == nil:
 			return fmt.Errorf("muster: drain: %w", ctx.Err())
+		case d.handedOff():
+			// Every peer acknowledged; ctx ended during the settle, which
+			// only lets broadcasts already routed here fan out.
+			s.tr.Emit("muster_drain_settle_cut", "scope", s.name, "node", s.self)
+			return nil
 		}
-		return &DrainError{Unacked: d}
+		return &DrainError{Unacked: d.pending()}
 	case <-s.closing:
 		return fmt.Errorf("muster: drain: %w", ErrClosed)
 	}
@@ -95,7 +113,7 @@ func (c *coordinator) startDrain(reply chan error) {
 	}
 	s.draining.Store(true)
 	c.leaving = true
-	d := &drainState{unacked: map[string]bool{}, reply: reply, s: s, mbox: c.mbox}
+	d := &drainState{unacked: map[string]bool{}, reply: reply, s: s}
 	for n := range c.peers {
 		d.unacked[n] = true
 	}
@@ -107,12 +125,10 @@ func (c *coordinator) startDrain(reply chan error) {
 	d.acked("") // starts the settle timer when there is nobody to wait for
 }
 
-func (c *coordinator) drainSnapshot() []string {
+// currentDrain returns the running drain (nil if none); safe from any
+// goroutine.
+func (c *coordinator) currentDrain() *drainState {
 	c.drainMu.Lock()
-	d := c.drain
-	c.drainMu.Unlock()
-	if d == nil {
-		return nil
-	}
-	return d.pending()
+	defer c.drainMu.Unlock()
+	return c.drain
 }

@@ -65,7 +65,7 @@ func (s *Scope) Dump() Dump {
 	t := time.NewTimer(time.Second)
 	defer t.Stop()
 	select {
-	case s.coord.mbox <- req:
+	case s.coord.mbox.ch <- req:
 		select {
 		case cd := <-req.reply:
 			d.Peers, d.PeerViews, d.Owed, d.Pending = cd.peers, cd.views, cd.owed, cd.pending

@@ -16,27 +16,44 @@ func (s *Scope) ArmCrash(point string, n int) {
 
 // ForceDown makes the failure detector treat node as silent now.
 func (s *Scope) ForceDown(node string) {
-	s.postAsync(s.coord.mbox, &suspectReq{node})
+	s.coord.mbox.postAsync(&suspectReq{node})
+}
+
+// SyncCoordinator returns once the coordinator has handled every message
+// posted to it before the call (no time bound, unlike Dump).
+func (s *Scope) SyncCoordinator() {
+	done := make(chan struct{})
+	s.coord.mbox.postAsync(&coordFunc{func(*coordinator) error { close(done); return nil }})
+	select {
+	case <-done:
+	case <-s.closing:
+	}
 }
 
 // FlushAll triggers every shard's vacant flush.
 func (s *Scope) FlushAll() {
 	for _, sh := range s.shards {
-		s.postAsync(sh.mbox, &flushReq{})
+		sh.mbox.postAsync(&flushReq{})
 	}
 }
 
 // Tick runs a coordinator timer now: "heartbeat", "gc", "fd" or "ae".
-func (s *Scope) Tick(which string) { s.postAsync(s.coord.mbox, &tickReq{which}) }
+func (s *Scope) Tick(which string) {
+	t := map[string]coordTimer{"heartbeat": timerHeartbeat, "gc": timerGC, "fd": timerFD, "ae": timerAE}[which]
+	if t == 0 {
+		panic("muster: unknown timer " + which)
+	}
+	s.coord.mbox.postAsync(&tickReq{t})
+}
 
 // Promote fires the singleton promotion timer now.
-func (s *Scope) Promote() { s.postAsync(s.coord.mbox, &promote{s.inc.Load()}) }
+func (s *Scope) Promote() { s.coord.mbox.postAsync(&promote{s.inc.Load()}) }
 
 // ResetCoordinator restarts the coordinator as a crash would.
-func (s *Scope) ResetCoordinator() { s.postAsync(s.coord.mbox, &resetReq{"test"}) }
+func (s *Scope) ResetCoordinator() { s.coord.mbox.postAsync(&resetReq{"test"}) }
 
 // CrashShard panics the shard owning group.
-func (s *Scope) CrashShard(group string) { s.postAsync(s.shardFor(group).mbox, &crashReq{}) }
+func (s *Scope) CrashShard(group string) { s.shardFor(group).mbox.postAsync(&crashReq{}) }
 
 // GroupState returns group's claim state name.
 func (s *Scope) GroupState(g string) string { return s.shardFor(g).state(g).st.String() }
@@ -45,7 +62,7 @@ func (s *Scope) GroupState(g string) string { return s.shardFor(g).state(g).st.S
 func (s *Scope) ExpireCooldown(g string) {
 	sh := s.shardFor(g)
 	done := make(chan struct{})
-	s.postAsync(sh.mbox, &inspectReq{f: func() {
+	sh.mbox.postAsync(&inspectReq{f: func() {
 		if tok, ok := sh.cdToken[g]; ok {
 			sh.cooldownExpired(&cooldownExpired{group: g, token: tok})
 		}
@@ -82,7 +99,7 @@ func (s *Scope) Reap(d time.Duration) int { return s.occ.reap(time.Now().Add(-d)
 // would.
 func (s *Scope) Depart(node string, inc uint64) {
 	done := make(chan struct{})
-	s.postAsync(s.coord.mbox, &coordFunc{func(c *coordinator) { c.depart(NodeID{node, inc}, "test"); close(done) }})
+	s.coord.mbox.postAsync(&coordFunc{func(c *coordinator) error { defer close(done); return c.depart(NodeID{node, inc}, "test") }})
 	<-done
 }
 

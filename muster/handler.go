@@ -42,13 +42,13 @@ func (s *Scope) HandleMessage(from string, b []byte) {
 	if m.Kind == kindPing {
 		return
 	}
-	s.postAsync(s.coord.mbox, &inbound{from, m})
+	s.coord.mbox.postAsync(&inbound{from, m})
 }
 
 // heard refreshes liveness and reports a new incarnation to the coordinator.
 func (s *Scope) heard(from string, inc uint64) {
 	if s.live.heard(from, inc, time.Now()) {
-		s.postAsync(s.coord.mbox, &nodeSeen{NodeID{from, inc}})
+		s.coord.mbox.postAsync(&nodeSeen{NodeID{from, inc}})
 	}
 }
 
@@ -68,7 +68,7 @@ func (s *Scope) HandleCall(ctx context.Context, from string, req []byte) ([]byte
 		return s.applyVacant(from, m)
 	case kindRound, kindPrepare:
 		c := &inboundCall{from: from, m: m, reply: make(chan error, 1)}
-		if err := s.post(ctx, s.coord.mbox, c); err != nil {
+		if err := s.coord.mbox.post(ctx, c); err != nil {
 			return nil, err
 		}
 		select {

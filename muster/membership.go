@@ -2,6 +2,7 @@ package muster
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -37,46 +38,54 @@ func (c *coordinator) sendExpelled(id NodeID) {
 // admit checks a peer message's incarnation. It departs an older registered
 // incarnation when a newer one shows up (a new incarnation is the old one's
 // departure plus a join) and answers a departed incarnation with expelled.
-func (c *coordinator) admit(from string, inc uint64) bool {
+// A non-nil error is a reset.
+func (c *coordinator) admit(from string, inc uint64) (bool, error) {
 	switch c.s.occ.admit(from, inc) {
 	case admitDeparted:
 		c.sendExpelled(NodeID{from, inc})
-		return false
+		return false, nil
 	case admitStale:
-		return false
+		return false, nil
 	}
 	if old, ok := c.peers[from]; ok && old < inc {
-		c.depart(NodeID{from, old}, "new incarnation")
+		if err := c.depart(NodeID{from, old}, "new incarnation"); err != nil {
+			return false, err
+		}
 	}
-	return true
+	return true, nil
 }
 
 // onNodeSeen is the nodeup counterpart: a node incarnation we never heard
 // before. Offer it discovery.
-func (c *coordinator) onNodeSeen(id NodeID) {
-	if id.Name == c.s.self || !c.admit(id.Name, id.Inc) {
-		return
+func (c *coordinator) onNodeSeen(id NodeID) error {
+	if id.Name == c.s.self {
+		return nil
+	}
+	if ok, err := c.admit(id.Name, id.Inc); !ok || err != nil {
+		return err
 	}
 	if _, ok := c.peers[id.Name]; !ok {
 		c.sendDiscover(id.Name)
 	}
+	return nil
 }
 
-func (c *coordinator) onInbound(from string, m *wireMsg) {
+// onInbound handles a peer's Send or Broadcast. A non-nil error is a reset.
+func (c *coordinator) onInbound(from string, m *wireMsg) error {
 	s := c.s
 	if m.Kind == kindExpelled {
 		if m.Target == s.inc.Load() && !c.leaving {
-			c.reset("expelled by " + from)
+			return c.reset("expelled by " + from)
 		}
-		return
+		return nil
 	}
-	if !c.admit(from, m.Inc) {
-		return
+	if ok, err := c.admit(from, m.Inc); !ok || err != nil {
+		return err
 	}
 	switch m.Kind {
 	case kindDiscover, kindDiscoverOK:
 		if c.leaving {
-			return
+			return nil
 		}
 		if _, ok := c.peers[from]; !ok {
 			c.register(NodeID{from, m.Inc})
@@ -84,7 +93,9 @@ func (c *coordinator) onInbound(from string, m *wireMsg) {
 		if m.View != nil && m.WM != nil {
 			c.noteView(from, m.Inc, *m.View, *m.WM, false)
 		}
-		c.recomputeMembers()
+		if err := c.recomputeMembers(); err != nil {
+			return err
+		}
 		if m.Kind == kindDiscover {
 			ack := c.discoverMsg(kindDiscoverOK, from)
 			s.tr.Emit("muster_discover_ack_sent", "scope", s.name, "node", s.self, "to", from, "withheld", ack.View == nil)
@@ -98,13 +109,16 @@ func (c *coordinator) onInbound(from string, m *wireMsg) {
 			c.recomputeStatus()
 		}
 	case kindLeaving:
-		c.depart(NodeID{from, m.Inc}, "leaving")
+		if err := c.depart(NodeID{from, m.Inc}, "leaving"); err != nil {
+			return err
+		}
 		s.send(from, &wireMsg{Kind: kindLeaveOK, Inc: s.inc.Load()})
 	case kindLeaveOK:
 		if c.drain != nil {
 			c.drain.acked(from)
 		}
 	}
+	return nil
 }
 
 func (c *coordinator) register(id NodeID) {
@@ -117,8 +131,9 @@ func (c *coordinator) register(id NodeID) {
 
 // depart is the departure cleanup, scoped to the departed incarnation: its
 // occupancy rows, view entry and owed round go, later writes from it are
-// refused, and the view shrinks at once.
-func (c *coordinator) depart(id NodeID, reason string) {
+// refused, and the view shrinks at once. A non-nil error is a reset (the
+// shrink's rebalance could not gather).
+func (c *coordinator) depart(id NodeID, reason string) error {
 	s := c.s
 	if inc, ok := c.peers[id.Name]; ok && inc <= id.Inc {
 		delete(c.peers, id.Name)
@@ -127,6 +142,13 @@ func (c *coordinator) depart(id NodeID, reason string) {
 		delete(c.views, id.Name)
 	}
 	delete(c.owed, id.Name)
+	// A member's rows are about to go while our view still counts it: stop
+	// answering Targets for that view first, or a sender on it would get a
+	// confident answer without the departed node's groups until the
+	// rebalance below publishes the shrunk view.
+	if Status(s.status.Load()) == Ready && slices.ContainsFunc(c.members, func(m NodeID) bool { return m.Name == id.Name && m.Inc <= id.Inc }) {
+		c.setStatus(Converging)
+	}
 	rows := s.occ.departed(id.Name, id.Inc)
 	if c.drain != nil {
 		c.drain.acked(id.Name)
@@ -137,7 +159,7 @@ func (c *coordinator) depart(id NodeID, reason string) {
 	s.met.PeerDown(id.Name)
 	s.tr.Emit("muster_peer_down", "scope", s.name, "node", s.self, "peer", id.Name, "inc", id.Inc, "reason", reason, "rows", rows)
 	s.log.Info("muster: peer down", zap.String("peer", id.Name), zap.Uint64("incarnation", id.Inc), zap.String("reason", reason), zap.Int("rows", rows))
-	c.recomputeMembers()
+	return c.recomputeMembers()
 }
 
 // target is the member list implied by the registered peers.
@@ -151,17 +173,17 @@ func (c *coordinator) target() []NodeID {
 
 // recomputeMembers starts the membership change the peers imply: nothing if
 // unchanged (cancelling an open round), an immediate rebalance for a pure
-// shrink, a prepare round for any growth.
-func (c *coordinator) recomputeMembers() {
+// shrink, a prepare round for any growth. A non-nil error is a reset.
+func (c *coordinator) recomputeMembers() error {
 	t := c.target()
 	if slices.Equal(t, c.members) {
 		if c.pending != nil {
 			c.cancelRound()
 		}
-		return
+		return nil
 	}
 	if c.pending != nil && slices.Equal(t, c.pending.target) {
-		return
+		return nil
 	}
 	grows := false
 	for _, m := range t {
@@ -172,10 +194,9 @@ func (c *coordinator) recomputeMembers() {
 	}
 	if !grows {
 		c.pending = nil
-		c.rebalance(t)
-		return
+		return c.rebalance(t)
 	}
-	c.beginRound(t)
+	return c.beginRound(t)
 }
 
 // heartbeat re-announces our view to every member we do not owe a snapshot
@@ -244,11 +265,30 @@ func (c *coordinator) retractMoved(from string, mv *ringMove) {
 	if mv == nil || from == s.self || slices.Equal(mv.Prev, mv.Cur) {
 		return
 	}
-	prev := ring.New(mv.Prev, s.cfg.VirtualNodes)
-	cur := ring.New(mv.Cur, s.cfg.VirtualNodes)
+	prev, cur := c.ringOf(mv.Prev), c.ringOf(mv.Cur)
 	onto := func(g string) bool { return cur.Find(g) == s.self && prev.Find(g) != s.self }
 	for _, g := range s.occ.retract(from, mv.Seq, onto, time.Now()) {
 		s.tr.Emit("muster_moved_retracted", "scope", s.name, "node", s.self, "group", g, "source", from, "seq", mv.Seq)
 		s.log.Debug("muster: retracted a row of a group moved onto us", zap.String("group", g), zap.String("source", from), zap.Stringer("seq", mv.Seq))
 	}
 }
+
+// ringOf returns the ring over names, from a small cache: every peer's
+// heartbeat marker carries its last ring transition, and rebuilding two
+// rings per marker dominated the coordinator's work. Rings are immutable and
+// depend only on the names and VirtualNodes. Coordinator goroutine only.
+func (c *coordinator) ringOf(names []string) *ring.Ring {
+	key := strings.Join(names, "\x00")
+	if r, ok := c.rings[key]; ok {
+		return r
+	}
+	if c.rings == nil || len(c.rings) >= ringCacheSize {
+		c.rings = make(map[string]*ring.Ring, ringCacheSize)
+	}
+	r := ring.New(names, c.s.cfg.VirtualNodes)
+	c.rings[key] = r
+	return r
+}
+
+// ringCacheSize bounds ringOf's cache (it is dropped whole when full).
+const ringCacheSize = 32

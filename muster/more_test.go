@@ -271,6 +271,13 @@ func TestChainedDeltas(t *testing.T) {
 
 // D:4448: a round's failure that arrives after its router already left the
 // view does not reset the coordinator.
+//
+// Forced ordering: c's coordinator is held at the round's apply until c's
+// link to t is cut, so the incarnation c restarts under after the injected
+// crash never reaches t (were t to admit it, a round to it failing at c's
+// stop would be a failure about a member, which rightly resets t: the race
+// that made this test flaky under load). The round's result is held until t
+// has departed c and rebalanced to [t].
 func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
 	c := newCluster(t, 1)
 	c.mod = func(_ string, cfg *muster.Config) { cfg.RPCTimeout = 300 * time.Millisecond }
@@ -280,8 +287,15 @@ func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
 	joinOK(t, tt, g)
 	until, release := releaser(c)
 	c.tr.Park(kindOf("muster_rpc_result", "t", "fn", "round", "router", "c"), until)
+	applyUntil, applyRelease := releaser(c)
+	c.tr.Park(kindOf("muster_round_apply", "c", "span", "start", "source", "t"), applyUntil)
 	cs := c.add("c")
 	cs.ArmCrash("coordinator.round.apply", 1)
+	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_round_apply", "c", "span", "start", "source", "t")); err != nil {
+		t.Fatal(err)
+	}
+	c.net.Block("c", "t")
+	applyRelease()
 	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_injected_crash", "c")); err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +315,7 @@ func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
 	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_round_failed", "t", "router", "c", "member", false)); err != nil {
 		t.Fatal(err)
 	}
-	_ = tt.Dump() // the coordinator is past the failure handler
+	tt.SyncCoordinator() // the coordinator is past the failure handler
 	if n := c.tr.Count(kindOf("muster_coordinator_crash", "t")); n != 0 {
 		t.Fatal("a failure about a departed router reset the coordinator")
 	}
@@ -309,4 +323,45 @@ func TestLateRoundFailureAboutDepartedRouter(t *testing.T) {
 		return tt.Status() == muster.Ready && slices.Equal(tt.Members(), []string{"t"})
 	})
 	joinOK(t, tt, "after")
+}
+
+// Found by TestModel (seed 55): a departure deleted the departed member's
+// rows while the router still answered Ready on the view that counted it,
+// so for a moment Targets told a sender on that view, with confidence, that
+// nobody held a group the departed (falsely suspected) node still held.
+// Forced ordering: the router's coordinator is held right after the
+// departure's cleanup, before the shrink's rebalance; Targets for the old
+// view must not answer without the holder.
+func TestDepartureRowsGoneWhileReadyOnOldView(t *testing.T) {
+	c := newCluster(t, 1)
+	for _, n := range []string{"a", "b", "c"} {
+		c.add(n)
+	}
+	c.waitReady("a", "b", "c")
+	a := c.node("a")
+	g := groupRoutedTo("g", []string{"a", "b", "c"}, "a", nil, "")
+	joinOK(t, c.node("b"), g)
+	old := a.ViewHash()
+	if nodes, ok := a.Targets(g, old); !ok || !slices.Equal(nodes, []string{"b"}) {
+		t.Fatalf("before: Targets = %v %v", nodes, ok)
+	}
+	until, release := releaser(c)
+	at := kindOf("muster_peer_down", "a", "peer", "b")
+	c.tr.Park(at, until)
+	a.ForceDown("b")
+	if _, err := c.tr.WaitFor(ctxT(t), at); err != nil {
+		t.Fatal(err)
+	}
+	if a.Occupancy(g) != nil {
+		t.Fatalf("the departure kept b's row: %v", a.Occupancy(g))
+	}
+	if nodes, ok := a.Targets(g, old); ok {
+		t.Fatalf("Targets on the old view after b's rows went = %v, true; want a flood", nodes)
+	}
+	release()
+	c.waitReady("a", "b", "c")
+	eventually(t, 10*time.Second, "b's row back at a", func() bool {
+		nodes, ok := a.Targets(g, a.ViewHash())
+		return ok && slices.Equal(nodes, []string{"b"})
+	})
 }

@@ -1,6 +1,7 @@
 package muster
 
 import (
+	"errors"
 	"slices"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 // growth): status rebalancing with the target's hash published, the ring left
 // unchanged (claims keep going to the old routers), and every still-connected
 // old member asked to invalidate us. An empty audience commits at once.
-func (c *coordinator) beginRound(target []NodeID) {
+// A non-nil error is a reset.
+func (c *coordinator) beginRound(target []NodeID) error {
 	s := c.s
 	seq := s.nextSeq()
 	r := &viewRound{target: target, awaiting: map[string]bool{}, seq: seq}
@@ -27,8 +29,7 @@ func (c *coordinator) beginRound(target []NodeID) {
 	}
 	c.pending = r
 	if len(r.awaiting) == 0 {
-		c.rebalance(target)
-		return
+		return c.rebalance(target)
 	}
 	s.viewHash.Store(ViewHash(target))
 	c.publishFanout(target)
@@ -40,9 +41,11 @@ func (c *coordinator) beginRound(target []NodeID) {
 		id := NodeID{n, c.peers[n]}
 		s.worker(func() {
 			err := s.call(id.Name, &wireMsg{Kind: kindPrepare, Inc: seq.Inc, Seq: seq})
-			s.postAsync(c.mbox, &prepareDone{node: id, seq: seq, err: err})
+			s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "prepare", "router", id.Name, "ok", err == nil, "err", errText(err))
+			c.mbox.postAsync(&prepareDone{node: id, seq: seq, err: err})
 		})
 	}
+	return nil
 }
 
 // publishFanout publishes the union of the committed and target member names
@@ -60,25 +63,29 @@ func (c *coordinator) publishFanout(target []NodeID) {
 	c.s.view.Store(&v)
 }
 
-func (c *coordinator) onPrepareDone(d *prepareDone) {
+// onPrepareDone settles one prepare of the open round. A refusal (we are
+// departed there) or a failure toward a member of the target resets the
+// coordinator; a failure toward a node the target dropped is ignored.
+func (c *coordinator) onPrepareDone(d *prepareDone) error {
 	s := c.s
 	r := c.pending
 	if r == nil || r.seq != d.seq || !r.awaiting[d.node.Name] {
-		return // superseded round: stale ack dropped
+		return nil // superseded round: stale ack dropped
 	}
 	if d.err != nil {
-		if isNotPeer(d.err) {
-			c.reset("prepare refused by " + d.node.Name)
+		if errors.Is(d.err, ErrNotPeer) {
+			return c.reset("prepare refused by " + d.node.Name)
 		}
 		if slices.Contains(r.target, d.node) {
 			s.log.Warn("muster: prepare failed", zap.String("peer", d.node.Name), zap.Error(d.err))
-			c.reset("prepare to " + d.node.Name + " failed")
+			return c.reset("prepare to " + d.node.Name + " failed")
 		}
 	}
 	delete(r.awaiting, d.node.Name)
 	if len(r.awaiting) == 0 {
-		c.rebalance(r.target)
+		return c.rebalance(r.target)
 	}
+	return nil
 }
 
 // cancelRound returns to the committed view: the acked recipients hold an
@@ -101,7 +108,8 @@ func (c *coordinator) cancelRound() {
 
 // applyPrepare is the recipient side of a prepare: the mover's view entry
 // becomes the in-transition sentinel at the round seq (newest-seq-wins), so
-// we stop trusting our table for any view counting the mover.
+// we stop trusting our table for any view counting the mover. It returns
+// the Call's reply error (ErrNotPeer for a departed mover).
 func (c *coordinator) applyPrepare(from string, m *wireMsg) error {
 	s := c.s
 	switch s.occ.admit(from, m.Inc) {
@@ -118,7 +126,9 @@ func (c *coordinator) applyPrepare(from string, m *wireMsg) error {
 }
 
 // rebalance adopts target: the numbered steps of the spec's do_rebalance.
-func (c *coordinator) rebalance(target []NodeID) {
+// A non-nil error (a shard did not answer the gather) is a reset; nothing
+// after the gather runs.
+func (c *coordinator) rebalance(target []NodeID) error {
 	s := c.s
 	start := time.Now()
 	old := c.members
@@ -146,7 +156,10 @@ func (c *coordinator) rebalance(target []NodeID) {
 	c.move = ringMove{Seq: snapSeq, Prev: names(old), Cur: names(target)}
 
 	// Step 5: synchronous gather.
-	held := c.gather(false)
+	held, err := c.gather(false)
+	if err != nil {
+		return err
+	}
 
 	// Step 6: moved groups and affected routers.
 	now := time.Now()
@@ -218,6 +231,7 @@ func (c *coordinator) rebalance(target []NodeID) {
 	}
 	s.log.Info("muster: rebalance done", zap.Int("held", len(held)), zap.Int("moved", nMoved),
 		zap.Int("snapshots", fulls), zap.Int("deltas", deltas), zap.Duration("took", took))
+	return nil
 }
 
 func (c *coordinator) dispatchRound(to NodeID, groups []string, seq Seq, full bool) {
@@ -228,15 +242,16 @@ func (c *coordinator) dispatchRound(to NodeID, groups []string, seq Seq, full bo
 	s.tr.Emit("muster_round_dispatch", "scope", s.name, "node", s.self, "router", to.Name, "full", full, "groups", len(groups), "seq", seq)
 	s.worker(func() {
 		err := s.call(to.Name, msg)
-		s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "round", "router", to.Name, "full", full, "ok", err == nil)
-		s.postAsync(c.mbox, &roundDone{router: to, seq: seq, err: err})
+		s.tr.Emit("muster_rpc_result", "scope", s.name, "node", s.self, "fn", "round", "router", to.Name, "full", full, "ok", err == nil, "err", errText(err))
+		c.mbox.postAsync(&roundDone{router: to, seq: seq, err: err})
 	})
 }
 
 // onRoundDone settles an owed round. A failure toward a router still in the
 // view resets the coordinator (it re-announces from a clean slate); a
-// failure about a router that already left is ignored.
-func (c *coordinator) onRoundDone(d *roundDone) {
+// failure about a router that already left is ignored. A non-nil error is a
+// reset.
+func (c *coordinator) onRoundDone(d *roundDone) error {
 	s := c.s
 	if d.err == nil {
 		if c.owed[d.router.Name] == d.seq {
@@ -251,39 +266,45 @@ func (c *coordinator) onRoundDone(d *roundDone) {
 				s.send(d.router.Name, &wireMsg{Kind: kindMarker, Inc: s.inc.Load(), View: &h, Seq: wm, Move: &mv})
 			}
 		}
-		return
+		return nil
 	}
 	s.log.Warn("muster: rebalance round failed", zap.String("router", d.router.Name), zap.Error(d.err))
 	s.tr.Emit("muster_round_failed", "scope", s.name, "node", s.self, "router", d.router.Name, "member", slices.Contains(c.members, d.router))
-	if isNotPeer(d.err) && d.seq.Inc == s.inc.Load() {
-		c.reset("round refused by " + d.router.Name)
+	if errors.Is(d.err, ErrNotPeer) && d.seq.Inc == s.inc.Load() {
+		return c.reset("round refused by " + d.router.Name)
 	}
 	if slices.Contains(c.members, d.router) && c.owed[d.router.Name] == d.seq {
-		c.reset("round to " + d.router.Name + " failed")
+		return c.reset("round to " + d.router.Name + " failed")
 	}
+	return nil
 }
 
 // applyRound is the receiver side of a snapshot or delta, serialized here:
 // a round not newer than the last applied from its source is dropped whole;
-// otherwise the rows and the sender's view are committed together.
-func (c *coordinator) applyRound(from string, m *wireMsg) error {
+// otherwise the rows and the sender's view are committed together. reply is
+// the Call's answer (ErrNotPeer for a departed source); a non-nil err is a
+// reset of ours (departing the source's older incarnation could not
+// rebalance), decided after the rows were applied, so reply stays nil.
+func (c *coordinator) applyRound(from string, m *wireMsg) (reply, err error) {
 	s := c.s
 	s.tr.Emit("muster_round_apply", "span", "start", "scope", s.name, "node", s.self, "source", from, "full", m.Full, "seq", m.Seq)
 	if last, ok := s.applied[from]; ok && m.Seq.LessEq(last) {
 		s.tr.Emit("muster_round_apply", "span", "dropped", "scope", s.name, "node", s.self, "source", from, "seq", m.Seq)
-		return nil
+		return nil, nil
 	}
 	s.crashPoint("coordinator.round.apply")
 	switch s.occ.applyRound(from, m.Groups, m.Seq, m.Full, time.Now()) {
 	case admitDeparted:
 		c.sendExpelled(NodeID{from, m.Inc})
-		return ErrNotPeer
+		return ErrNotPeer, nil
 	case admitStale:
-		return nil
+		return nil, nil
 	}
 	s.applied[from] = m.Seq
 	if old, ok := c.peers[from]; ok && old < m.Inc {
-		c.depart(NodeID{from, old}, "new incarnation")
+		if err := c.depart(NodeID{from, old}, "new incarnation"); err != nil {
+			return nil, err
+		}
 	}
 	c.retractMoved(from, m.Move)
 	if m.View != nil {
@@ -291,12 +312,13 @@ func (c *coordinator) applyRound(from string, m *wireMsg) error {
 	}
 	c.recomputeStatus()
 	s.tr.Emit("muster_node_state_received", "scope", s.name, "node", s.self, "source", from, "view_hash", m.View, "groups", len(m.Groups), "full", m.Full, "seq", m.Seq)
-	return nil
+	return nil, nil
 }
 
 // gather asks every shard for its held groups, bounded by GatherTimeout; a
-// shard that does not answer resets the coordinator.
-func (c *coordinator) gather(side bool) []string {
+// shard that does not answer resets the coordinator (a *resetError wrapping
+// errGatherTimeout).
+func (c *coordinator) gather(side bool) ([]string, error) {
 	s := c.s
 	timeout := time.NewTimer(s.cfg.GatherTimeout)
 	defer timeout.Stop()
@@ -304,22 +326,22 @@ func (c *coordinator) gather(side bool) []string {
 	for _, sh := range s.shards {
 		req := &gatherReq{held: make(chan []string, 1), side: side}
 		select {
-		case sh.mbox <- req:
+		case sh.mbox.ch <- req:
 		case <-timeout.C:
-			panic(errGatherTimeout)
+			return nil, &resetError{reason: "gather", err: errGatherTimeout}
 		case <-s.closing:
-			return held
+			return held, nil
 		}
 		select {
 		case h := <-req.held:
 			held = append(held, h...)
 		case <-timeout.C:
-			panic(errGatherTimeout)
+			return nil, &resetError{reason: "gather", err: errGatherTimeout}
 		case <-s.closing:
-			return held
+			return held, nil
 		}
 	}
-	return held
+	return held, nil
 }
 
 func diffMembers(old, cur []NodeID) (added, removed []string) {

@@ -606,6 +606,38 @@ func TestDrain(t *testing.T) {
 	c2.net.Thaw("y")
 }
 
+// A deadline that falls during the settle, after every peer acknowledged the
+// departure, ends a complete hand-off: Drain returns nil, not a DrainError
+// with an empty list. Forced ordering: the settle is an hour long, and ctx is
+// cancelled only once the last acknowledgement started it.
+func TestDrainDeadlineDuringSettleIsDone(t *testing.T) {
+	c := newCluster(t, 1)
+	c.add("a", func(cfg *muster.Config) { cfg.DrainSettle = time.Hour })
+	c.add("b")
+	c.add("c")
+	c.waitReady("a", "b", "c")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.node("a").Drain(ctx) }()
+	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_drain_settle", "a")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"b", "c"} {
+		if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_peer_down", p, "peer", "a", "reason", "leaving")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("drain cut during the settle = %v, want nil", err)
+	}
+	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_drain_settle_cut", "a")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitReady("b", "c")
+}
+
 // Anti-entropy re-asserts a held group whose row the router lost, as an
 // add-only delta, without touching owed snapshots.
 func TestAntiEntropyRepairsLostRow(t *testing.T) {

@@ -154,7 +154,7 @@ func (s *Scope) Join(ctx context.Context, group string, m Member) error {
 	}
 	sh := s.shardFor(group)
 	req := &joinReq{group: group, m: m, reply: make(chan error, 1)}
-	if err := s.post(ctx, sh.mbox, req); err != nil {
+	if err := sh.mbox.post(ctx, req); err != nil {
 		return fmt.Errorf("muster: join %q: %w", group, err)
 	}
 	select {
@@ -168,7 +168,7 @@ func (s *Scope) Join(ctx context.Context, group string, m Member) error {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			_ = s.post(context.Background(), sh.mbox, &leaveReq{group: group, id: m.ID()})
+			sh.mbox.postAsync(&leaveReq{group: group, id: m.ID()})
 		}()
 		return fmt.Errorf("muster: join %q: %w", group, ctx.Err())
 	case <-s.closing:
@@ -183,7 +183,7 @@ func (s *Scope) Leave(ctx context.Context, group string, m Member) error {
 		return fmt.Errorf("muster: leave %q: %w", group, err)
 	}
 	req := &leaveReq{group: group, id: m.ID(), reply: make(chan error, 1)}
-	if err := s.post(ctx, s.shardFor(group).mbox, req); err != nil {
+	if err := s.shardFor(group).mbox.post(ctx, req); err != nil {
 		return fmt.Errorf("muster: leave %q: %w", group, err)
 	}
 	select {
@@ -212,12 +212,23 @@ func (s *Scope) Router(group string) RouteResult {
 // hash (the occupancy table can be trusted); otherwise ok=false and the
 // caller floods every node its transport knows (never Members()). The
 // caller also re-checks that Router(group) still names this node.
+//
+// The rows are read between two checks of status and view hash: a writer
+// that removes a member's rows (a departure) first leaves Ready, so a read
+// that raced with it fails the second check instead of answering without
+// that member.
 func (s *Scope) Targets(group string, senderViewHash uint64) (nodes []string, ok bool) {
-	if Status(s.status.Load()) != Ready || s.viewHash.Load() != senderViewHash {
+	trusted := func() bool { return Status(s.status.Load()) == Ready && s.viewHash.Load() == senderViewHash }
+	if !trusted() {
 		s.met.Flood()
 		return nil, false
 	}
-	return s.occ.sources(group), true
+	nodes = s.occ.sources(group)
+	if !trusted() {
+		s.met.Flood()
+		return nil, false
+	}
+	return nodes, true
 }
 
 // ViewHash returns the published view hash (see ViewHash the function).
@@ -262,21 +273,6 @@ func (s *Scope) shardFor(group string) *shard {
 // nextSeq returns a fresh seq of the current incarnation.
 func (s *Scope) nextSeq() Seq { return Seq{Inc: s.inc.Load(), N: s.seqN.Add(1)} }
 
-// post puts msg in a mailbox unless ctx ends or the scope closes.
-func (s *Scope) post(ctx context.Context, ch chan any, msg any) error {
-	select {
-	case ch <- msg:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.closing:
-		return ErrClosed
-	}
-}
-
-// postAsync is post for timers and monitors.
-func (s *Scope) postAsync(ch chan any, msg any) { _ = s.post(context.Background(), ch, msg) }
-
 // call makes a Call bounded by RPCTimeout.
 func (s *Scope) call(to string, m *wireMsg) error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RPCTimeout)
@@ -316,12 +312,6 @@ func (s *Scope) worker(f func()) {
 		defer s.wg.Done()
 		f()
 	}()
-}
-
-// isNotPeer reports whether err is a remote ErrNotPeer.
-func isNotPeer(err error) bool {
-	var re *RemoteError
-	return errors.As(err, &re) && re.Message == ErrNotPeer.Error()
 }
 
 // liveness records when each node incarnation was last heard from.
@@ -397,4 +387,12 @@ func (l *liveness) silence(node string) {
 		l.seen[node] = e
 	}
 	l.mu.Unlock()
+}
+
+// errText is err's text for trace points ("" for nil).
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

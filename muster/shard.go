@@ -55,7 +55,7 @@ type shard struct {
 	s    *Scope
 	idx  int
 	tab  *shardTables
-	mbox chan any // durable: survives restarts
+	mbox mailbox[shardMsg] // durable: survives restarts
 
 	// Volatile, rebuilt on restart.
 	waiters  map[string][]*joinReq
@@ -65,9 +65,14 @@ type shard struct {
 	inflight *joinReq // the join being handled (answered if the shard panics)
 }
 
-// respond answers the joiner once; later answers are dropped.
+// respond answers the joiner once; later answers are dropped. Only the
+// owning shard's goroutine calls it.
 func (r *joinReq) respond(err error) {
-	r.once.Do(func() { r.reply <- err })
+	if r.answered {
+		return
+	}
+	r.answered = true
+	r.reply <- err
 }
 
 // Shard mailbox messages.
@@ -76,7 +81,9 @@ type (
 		group string
 		m     Member
 		reply chan error
-		once  sync.Once
+		// Shard goroutine only.
+		answered bool
+		added    *entry // the entry this join registered, until answered
 	}
 	leaveReq struct {
 		group, id string
@@ -119,7 +126,7 @@ func newShard(s *Scope, idx int) *shard {
 			entries: make(map[string]map[string]*entry),
 			states:  make(map[string]groupState),
 		},
-		mbox: make(chan any, 1024),
+		mbox: newMailbox[shardMsg](1024, s.closing),
 	}
 }
 
@@ -135,10 +142,7 @@ func (sh *shard) loop() (restart bool) {
 		if r := recover(); r != nil {
 			sh.s.log.Error("muster: shard crashed; restarting", zap.Int("shard", sh.idx), zap.Any("panic", r))
 			sh.failWaiters(ErrRestarted)
-			if sh.inflight != nil {
-				sh.inflight.respond(ErrRestarted)
-				sh.inflight = nil
-			}
+			sh.abortInflight()
 			sh.s.tr.Emit("muster_shard_crash", "scope", sh.s.name, "node", sh.s.self, "shard", sh.idx, "reason", fmt.Sprint(r))
 			restart = true
 		}
@@ -153,13 +157,13 @@ func (sh *shard) loop() (restart bool) {
 			return false
 		case <-t.C:
 			sh.flush()
-		case msg := <-sh.mbox:
+		case msg := <-sh.mbox.ch:
 			sh.handle(msg)
 		}
 	}
 }
 
-func (sh *shard) handle(msg any) {
+func (sh *shard) handle(msg shardMsg) {
 	switch m := msg.(type) {
 	case *joinReq:
 		sh.inflight = m
@@ -226,8 +230,34 @@ func (sh *shard) localMembers(g string) []string {
 	return out
 }
 
-// register adds m to g (idempotent by ID) and starts its monitor.
-func (sh *shard) register(g string, m Member) {
+// abortInflight answers the join the shard was handling when it crashed
+// with ErrRestarted, and rolls back the member that join registered, so
+// ErrRestarted always means nothing was registered. A join already answered
+// keeps its member. The rebuild that follows drives any assertion the
+// rolled-back join made (a self row) to retraction.
+func (sh *shard) abortInflight() {
+	r := sh.inflight
+	sh.inflight = nil
+	if r == nil || r.answered {
+		return
+	}
+	if r.added != nil && sh.remove(r.group, r.m.ID(), r.added) {
+		sh.s.tr.Emit("muster_join_rolled_back", "scope", sh.s.name, "node", sh.s.self, "group", r.group, "member", r.m.ID())
+	}
+	r.respond(ErrRestarted)
+}
+
+// registerJoin registers r's member for r's group, remembering the entry if
+// this join added it (see abortInflight).
+func (sh *shard) registerJoin(r *joinReq) {
+	if e := sh.register(r.group, r.m); e != nil {
+		r.added = e
+	}
+}
+
+// register adds m to g (idempotent by ID) and starts its monitor. It returns
+// the new entry, or nil if m was already registered.
+func (sh *shard) register(g string, m Member) *entry {
 	id := m.ID()
 	sh.tab.mu.Lock()
 	es := sh.tab.entries[g]
@@ -237,7 +267,7 @@ func (sh *shard) register(g string, m Member) {
 	}
 	if _, ok := es[id]; ok {
 		sh.tab.mu.Unlock()
-		return
+		return nil
 	}
 	e := &entry{m: m, stop: make(chan struct{})}
 	es[id] = e
@@ -246,12 +276,13 @@ func (sh *shard) register(g string, m Member) {
 		sh.s.worker(func() {
 			select {
 			case <-done:
-				sh.s.postAsync(sh.mbox, &memberDown{group: g, id: id, e: e})
+				sh.mbox.postAsync(&memberDown{group: g, id: id, e: e})
 			case <-e.stop:
 			case <-sh.s.closing:
 			}
 		})
 	}
+	return e
 }
 
 // remove drops member id from g; it reports whether it was there. If e is

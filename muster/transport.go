@@ -54,7 +54,8 @@ type Handler interface {
 	// HandleMessage handles a Send or Broadcast from node from.
 	HandleMessage(from string, msg []byte)
 	// HandleCall handles a Call from node from and returns the reply.
-	// A returned error reaches the caller as a *RemoteError.
+	// A returned error reaches the caller as a *RemoteError carrying the
+	// error's message and its Code (ErrorCode).
 	HandleCall(ctx context.Context, from string, req []byte) ([]byte, error)
 }
 
@@ -67,7 +68,35 @@ var (
 	ErrTransportClosed = errors.New("muster: transport closed")
 )
 
-// RemoteError is a Call's error as returned by the remote handler.
-type RemoteError struct{ Message string }
+// RemoteError is a Call's error as returned by the remote handler: the
+// handler error's text and its Code, both carried on the wire. Match it with
+// errors.Is against the Muster error of the same code (errors.Is(err,
+// ErrNotPeer)), never by its text.
+type RemoteError struct {
+	// Code is the handler error's code (ErrorCode), "" for an error
+	// without one.
+	Code Code
+	// Message is the handler error's text, for logs.
+	Message string
+}
+
+// NewRemoteError is what a Transport returns to the caller of a Call whose
+// remote handler returned err: its message and code.
+func NewRemoteError(err error) *RemoteError {
+	return &RemoteError{Code: ErrorCode(err), Message: err.Error()}
+}
 
 func (e *RemoteError) Error() string { return "muster: remote error: " + e.Message }
+
+// ErrorCode returns e.Code.
+func (e *RemoteError) ErrorCode() Code { return e.Code }
+
+// Is reports whether target carries the same non-empty code, so a remote
+// ErrNotPeer matches errors.Is(err, ErrNotPeer).
+func (e *RemoteError) Is(target error) bool {
+	if e.Code == "" {
+		return false
+	}
+	var c coder
+	return errors.As(target, &c) && c.ErrorCode() == e.Code
+}

@@ -2,6 +2,7 @@ package muster
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -46,4 +47,24 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-decode changed message: %+v vs %+v", again, m)
 		}
 	})
+}
+
+// A remote error is matched by the code it carries on the wire, never by its
+// text: a RemoteError whose message reads like ErrNotPeer but carries no
+// code does not match, one with the code matches whatever its text.
+func TestRemoteErrorMatchesByCode(t *testing.T) {
+	byText := &RemoteError{Message: ErrNotPeer.Error()}
+	if errors.Is(byText, ErrNotPeer) {
+		t.Fatal("a remote error matched ErrNotPeer by its text")
+	}
+	byCode := NewRemoteError(fmt.Errorf("round from b: %w", ErrNotPeer))
+	if byCode.Code != CodeNotPeer || !errors.Is(fmt.Errorf("call: %w", byCode), ErrNotPeer) {
+		t.Fatalf("remote error %+v does not match ErrNotPeer by code", byCode)
+	}
+	if errors.Is(byCode, ErrBadMessage) || errors.Is(byCode, ErrClosed) {
+		t.Fatal("a not_peer remote error matched another code")
+	}
+	if c := ErrorCode(fmt.Errorf("%w: junk", ErrBadMessage)); c != CodeBadMessage {
+		t.Fatalf("ErrorCode of a wrapped ErrBadMessage = %q", c)
+	}
 }

@@ -127,7 +127,7 @@ func (t *Transport) Send(ctx context.Context, to string, msg []byte) error {
 // until ctx ends and return ctx's error. After such an error the remote
 // handler may already have run, or may still run later: it receives the
 // remote transport's own context, not ctx. A handler's error is returned as
-// a *muster.RemoteError. req is copied.
+// a *muster.RemoteError with the error's message and code. req is copied.
 func (t *Transport) Call(ctx context.Context, to string, req []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memnet: call %q to %q: %w", t.name, to, err)
@@ -249,7 +249,7 @@ func (t *Transport) serveCall(h muster.Handler, tr traceEmitter, env envelope) {
 	tr.Emit("memnet.handled", "from", env.from, "to", env.to, "kind", env.kind.String())
 	res := callResult{data: resp}
 	if err != nil {
-		res = callResult{err: &muster.RemoteError{Message: err.Error()}}
+		res = callResult{err: muster.NewRemoteError(err)}
 	}
 	n := t.net
 	var evs events

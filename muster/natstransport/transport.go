@@ -9,7 +9,8 @@
 // Every message carries its sender's node name in the Relay-From header; a
 // node ignores its own broadcasts. A Call is a NATS request on the target's
 // inbox; a handler error comes back as a reply with the Relay-Status header
-// set to "error" and the error message as data.
+// set to "error", the error's muster.Code in Relay-Error-Code and the error
+// message as data.
 //
 // Both subscriptions feed one queue that a single goroutine drains, so
 // messages from one sender arrive in send order whatever their subject, and
@@ -46,7 +47,11 @@ const (
 	// HeaderStatus is "error" on a Call reply that carries a handler
 	// error; the reply's data is then the error message.
 	HeaderStatus = "Relay-Status"
-	statusError  = "error"
+	// HeaderErrorCode is the muster.Code of the handler error on a Call
+	// reply whose HeaderStatus is "error" (absent for an error without a
+	// code).
+	HeaderErrorCode = "Relay-Error-Code"
+	statusError     = "error"
 )
 
 // Errors returned by natstransport.
@@ -287,7 +292,7 @@ func (t *Transport) Call(ctx context.Context, to string, req []byte) ([]byte, er
 		return nil, fmt.Errorf("natstransport: call %q to %q: %w", t.cfg.Node, to, err)
 	}
 	if resp.Header.Get(HeaderStatus) == statusError {
-		return nil, &muster.RemoteError{Message: string(resp.Data)}
+		return nil, &muster.RemoteError{Code: muster.Code(resp.Header.Get(HeaderErrorCode)), Message: string(resp.Data)}
 	}
 	return resp.Data, nil
 }
@@ -356,6 +361,9 @@ func (t *Transport) serveCall(h muster.Handler, from string, m *nats.Msg) {
 	reply.Data = resp
 	if err != nil {
 		reply.Header.Set(HeaderStatus, statusError)
+		if code := muster.ErrorCode(err); code != "" {
+			reply.Header.Set(HeaderErrorCode, string(code))
+		}
 		reply.Data = []byte(err.Error())
 	}
 	if err := t.nc.PublishMsg(reply); err != nil {

@@ -30,6 +30,7 @@ func Run(t *testing.T, newNet NewNetwork) {
 	t.Run("MessageOwnedByHandler", func(t *testing.T) { testOwnership(t, newNet) })
 	t.Run("CallReplies", func(t *testing.T) { testCallReplies(t, newNet) })
 	t.Run("CallRemoteError", func(t *testing.T) { testCallRemoteError(t, newNet) })
+	t.Run("CallRemoteErrorCarriesCode", func(t *testing.T) { testCallRemoteErrorCode(t, newNet) })
 	t.Run("CallNoResponders", func(t *testing.T) { testCallNoResponders(t, newNet) })
 	t.Run("CallTimeoutHandlerStillRuns", func(t *testing.T) { testCallTimeout(t, newNet) })
 	t.Run("CallReentrant", func(t *testing.T) { testCallReentrant(t, newNet) })
@@ -261,8 +262,34 @@ func testCallRemoteError(t *testing.T, newNet NewNetwork) {
 	start(t, node, "b", rb)
 	_, err := a.Call(waitCtx(t), "b", []byte("q"))
 	var re *muster.RemoteError
-	if !errors.As(err, &re) || re.Message != "not my group" {
-		t.Fatalf("call error = %v; want *muster.RemoteError{not my group}", err)
+	if !errors.As(err, &re) || re.Message != "not my group" || re.Code != "" {
+		t.Fatalf("call error = %v; want *muster.RemoteError{not my group} without a code", err)
+	}
+	if errors.Is(err, muster.ErrNotPeer) {
+		t.Fatal("an error without a code matches ErrNotPeer")
+	}
+}
+
+// A handler error wrapping a Muster error reaches the caller with its code:
+// the caller matches it with errors.Is whatever the text says.
+func testCallRemoteErrorCode(t *testing.T, newNet NewNetwork) {
+	node := newNet(t)
+	a := start(t, node, "a", NewRecorder())
+	rb := NewRecorder()
+	rb.OnCall = func(context.Context, string, []byte) ([]byte, error) {
+		return nil, fmt.Errorf("refusing the round: %w", muster.ErrNotPeer)
+	}
+	start(t, node, "b", rb)
+	_, err := a.Call(waitCtx(t), "b", []byte("q"))
+	var re *muster.RemoteError
+	if !errors.As(err, &re) || re.Code != muster.CodeNotPeer {
+		t.Fatalf("call error = %v; want *muster.RemoteError with code %q", err, muster.CodeNotPeer)
+	}
+	if !errors.Is(err, muster.ErrNotPeer) || errors.Is(err, muster.ErrBadMessage) {
+		t.Fatalf("errors.Is by code: ErrNotPeer %v, ErrBadMessage %v", errors.Is(err, muster.ErrNotPeer), errors.Is(err, muster.ErrBadMessage))
+	}
+	if muster.ErrorCode(err) != muster.CodeNotPeer {
+		t.Fatalf("ErrorCode = %q", muster.ErrorCode(err))
 	}
 }
 
