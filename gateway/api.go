@@ -94,9 +94,15 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	// refuse counts a refusal made before the event reaches the session
+	// (n.answer counts those after) and writes it.
+	refuse := func(e *apiError) {
+		n.metrics.refused.WithLabelValues(e.Code).Inc()
+		writeError(w, e)
+	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			writeError(w, errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json"))
+			refuse(errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json"))
 			return
 		}
 	}
@@ -108,15 +114,15 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "body is larger than the configured maximum"))
+			refuse(errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "body is larger than the configured maximum"))
 			return
 		}
-		writeError(w, errorf(http.StatusBadRequest, CodeInvalidBody, "could not read body"))
+		refuse(errorf(http.StatusBadRequest, CodeInvalidBody, "could not read body"))
 		return
 	}
 	in, err := DecodeInput(body)
 	if err != nil {
-		writeError(w, asAPIError(err))
+		refuse(asAPIError(err))
 		return
 	}
 	acc, aerr := n.submit(r.Context(), id, in)

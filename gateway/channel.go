@@ -135,7 +135,9 @@ func (h *sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, eve
 	id := sessionID(ch.Topic())
 	in, err := DecodeInput(payload)
 	if err != nil {
-		return nil, asAPIError(err).pushReply()
+		ae := asAPIError(err)
+		h.n.metrics.refused.WithLabelValues(ae.Code).Inc()
+		return nil, ae.pushReply()
 	}
 	acc, ae := h.n.submit(ctx, id, in)
 	if ae != nil {

@@ -60,7 +60,7 @@ func (n *Node) buildStores(ctx context.Context) error {
 	switch {
 	case cfg.DatabaseURL == "" && cfg.RedisURL == "" && cfg.NATSURL == "":
 		n.mode = "embedded"
-		n.log.Info("single-node mode: in-memory lease, session and replay stores; nothing survives a restart",
+		n.log.Info("embedded mode (single node): in-memory lease, session and replay stores; nothing survives a restart",
 			zap.String("owner", n.Owner()))
 	case cfg.NATSURL == "":
 		n.mode = "single"

@@ -152,7 +152,7 @@ ui.forget.addEventListener("click", () => {
 
 ui.drain.addEventListener("click", async () => {
   const name = (lastNode && lastNode.name) || "this node";
-  if (!confirm(`Drain ${name}? It stops taking sockets and events, hands its sessions back and exits.`)) return;
+  if (!confirm(`Drain ${name}? It stops taking sockets and events and hands its sessions back; the process keeps running until it is stopped.`)) return;
   ui.drain.disabled = true;
   const res = await fetchJSON("/admin/drain", bearer(ui.token.value.trim(), { method: "POST" }));
   if (res.ok) notice(`Drain started${res.body ? `: ${cell(res.body)}` : "."}`, "warn");
