@@ -134,6 +134,12 @@ func TestPostEventBadInput(t *testing.T) {
 			}
 		})
 	}
+	// Every refused event body is counted by its code (the eight refusals
+	// above after authorization: six invalid bodies, one oversize, one
+	// content type); a refused session id or credential is not an event.
+	if got := testutilCount(t, n, "relay_events_refused_total"); got != 8 {
+		t.Fatalf("relay_events_refused_total = %v, want 8", got)
+	}
 	// Nothing was run by the refused requests, and the node still works.
 	status, _, body := do(t, "POST", url, testAPIKey, "", `{"data":{"text":"ok"}}`)
 	if status != 202 || body["seq"] != float64(1) {

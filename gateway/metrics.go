@@ -27,7 +27,7 @@ func newMetrics() *metrics {
 	}
 	return &metrics{
 		reg:          reg,
-		refused:      f.NewCounterVec(prometheus.CounterOpts{Name: "relay_events_refused_total", Help: "Events refused, by error code."}, []string{"code"}),
+		refused:      f.NewCounterVec(prometheus.CounterOpts{Name: "relay_events_refused_total", Help: "Events refused, by error code: bad bodies and input, ownership and store refusals (a refused credential or session id is not counted)."}, []string{"code"}),
 		replayed:     counter("relay_replayed_events_total", "Events replayed to joining sockets."),
 		replayErrors: counter("relay_replay_errors_total", "Joins whose replay read failed (recovered:false)."),
 		authFailures: counter("relay_socket_auth_failures_total", "Sockets refused for a missing or invalid token."),
