@@ -1,0 +1,251 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/session"
+)
+
+// observer watches one session on one node through a raw Phoenix socket and
+// follows the client rule of README "Gaps": it keeps the events it holds
+// contiguous, and when an event's seq is more than one past the last one it
+// holds, or its socket or channel ends, it rejoins with last_event set to
+// its last contiguous event. A node that is down or paused is redialled
+// until it answers.
+type observer struct {
+	node    *proctest.Proc
+	session string
+	token   string
+
+	mu     sync.Mutex
+	sock   *proctest.Socket
+	record []proctest.SessionEvent // contiguous from seq 1: what the client holds
+	seen   []proctest.SessionEvent // every session push read, in arrival order
+	joins  int                     // successful joins
+	jumps  int                     // seq jumps that caused a rejoin
+	stale  int                     // pushes at or before the record's last position
+	// lastJump describes the latest seq jump ("held 1-4, got 1-6").
+	lastJump string
+	// unrecovered lists the reasons of join replies that said
+	// recovered:false.
+	unrecovered []string
+}
+
+// dialTimeout bounds one dial and join: a paused node never answers, and
+// the observer must try again after it resumes.
+const dialTimeout = 3 * time.Second
+
+// run observes until ctx ends.
+func (o *observer) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		s, joinRef, err := o.connect(ctx)
+		if err != nil {
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		o.follow(ctx, s, joinRef)
+		s.Close()
+	}
+}
+
+// connect dials the node and joins the session from the record's top.
+func (o *observer) connect(ctx context.Context) (*proctest.Socket, string, error) {
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	s, err := proctest.DialSocket(dctx, o.node.URL(), o.token)
+	if err != nil {
+		return nil, "", err
+	}
+	o.mu.Lock()
+	o.sock = s
+	o.mu.Unlock()
+	ref, err := o.join(dctx, s)
+	if err != nil {
+		s.Close()
+		return nil, "", err
+	}
+	return s, ref, nil
+}
+
+// follow reads pushes until the socket fails, rejoining on a seq jump or a
+// channel error or close.
+func (o *observer) follow(ctx context.Context, s *proctest.Socket, joinRef string) {
+	topic := session.Topic(o.session)
+	var rejoinedAt *session.Position
+	for {
+		f, err := o.read(ctx, s)
+		if err != nil {
+			return
+		}
+		if f.Topic != topic || f.JoinRef == nil || *f.JoinRef != joinRef {
+			continue
+		}
+		rejoin := f.Event == "phx_error" || f.Event == "phx_close"
+		if ev, ok := f.SessionEvent(); ok {
+			rejoin = o.add(ev)
+		}
+		if !rejoin {
+			continue
+		}
+		// A hole the replay cannot fill (the log itself jumps) brings the
+		// same jump back at once: rejoin at a client's pace, not in a spin.
+		if top := o.top(); rejoinedAt != nil && *rejoinedAt == top {
+			sleep(ctx, 200*time.Millisecond)
+		} else {
+			rejoinedAt = &top
+		}
+		if f.Event != "phx_error" && f.Event != "phx_close" {
+			if _, err := s.Send(ctx, joinRef, topic, "phx_leave", map[string]any{}); err != nil {
+				return
+			}
+		}
+		jctx, cancel := context.WithTimeout(ctx, dialTimeout)
+		joinRef, err = o.join(jctx, s)
+		cancel()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// read reads one frame and keeps every session push in seen.
+func (o *observer) read(ctx context.Context, s *proctest.Socket) (proctest.Frame, error) {
+	f, err := s.Read(ctx)
+	if err != nil {
+		return f, err
+	}
+	if ev, ok := f.SessionEvent(); ok {
+		o.mu.Lock()
+		o.seen = append(o.seen, ev)
+		o.mu.Unlock()
+	}
+	return f, nil
+}
+
+// join sends phx_join with last_event at the record's top and reads until
+// its reply; it returns the join ref.
+func (o *observer) join(ctx context.Context, s *proctest.Socket) (string, error) {
+	topic := session.Topic(o.session)
+	top := o.top()
+	ref, err := s.Send(ctx, "", topic, "phx_join", map[string]any{"last_event": top})
+	if err != nil {
+		return "", err
+	}
+	for {
+		f, err := o.read(ctx, s)
+		if err != nil {
+			return "", err
+		}
+		if f.Event != "phx_reply" || f.Ref == nil || *f.Ref != ref {
+			continue
+		}
+		var r struct {
+			Status   string `json:"status"`
+			Response struct {
+				Recovered bool   `json:"recovered"`
+				Reason    string `json:"reason"`
+			} `json:"response"`
+		}
+		if err := json.Unmarshal(f.Payload, &r); err != nil {
+			return "", err
+		}
+		if r.Status != "ok" {
+			return "", fmt.Errorf("chaos: join %s on %s: %s", topic, o.node.Name(), f.Payload)
+		}
+		o.mu.Lock()
+		o.joins++
+		if !r.Response.Recovered {
+			o.unrecovered = append(o.unrecovered, fmt.Sprintf("join at %v: %s", top, r.Response.Reason))
+		}
+		o.mu.Unlock()
+		return ref, nil
+	}
+}
+
+// add takes one push of the current join. It reports a seq jump (the event
+// is then not kept: the rejoin's replay brings it).
+func (o *observer) add(ev proctest.SessionEvent) (jump bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.record) == 0 {
+		if ev.Seq != 1 {
+			o.jumps++
+			o.lastJump = fmt.Sprintf("held nothing, got %v %s", pos(ev), ev.Type)
+			return true
+		}
+		o.record = append(o.record, ev)
+		return false
+	}
+	last := o.record[len(o.record)-1]
+	switch {
+	case !pos(last).Less(pos(ev)):
+		o.stale++
+	case ev.Seq > last.Seq+1:
+		o.jumps++
+		o.lastJump = fmt.Sprintf("held %v, got %v %s", pos(last), pos(ev), ev.Type)
+		return true
+	default:
+		o.record = append(o.record, ev)
+	}
+	return false
+}
+
+// top returns the record's last position ({0,0} when empty).
+func (o *observer) top() session.Position {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.record) == 0 {
+		return session.Position{}
+	}
+	return pos(o.record[len(o.record)-1])
+}
+
+// rejoinAndWait closes the socket, as a client that suspects a missed
+// event may do at any time (README "Gaps"), and waits until the observer
+// has joined again and holds want, the log's last position. It returns an
+// error when that does not happen before ctx ends.
+func (o *observer) rejoinAndWait(ctx context.Context, want session.Position) error {
+	o.mu.Lock()
+	joins := o.joins
+	if o.sock != nil {
+		o.sock.Close()
+	}
+	o.mu.Unlock()
+	for {
+		o.mu.Lock()
+		joined := o.joins > joins
+		o.mu.Unlock()
+		top := o.top()
+		if joined && !top.Less(want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			unrecovered := o.unrecovered
+			if len(unrecovered) > 3 {
+				unrecovered = unrecovered[len(unrecovered)-3:]
+			}
+			return fmt.Errorf("observer of %s on %s: rejoined %v, holds up to %v, the log ends at %v; %d joins, %d jumps (last: %s), %d stale pushes, %d joins not recovered (last: %v)",
+				o.session, o.node.Name(), joined, top, want, o.joins, o.jumps, o.lastJump, o.stale, len(o.unrecovered), unrecovered)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// snapshot returns copies of the record and of every push seen.
+func (o *observer) snapshot() (record, seen []proctest.SessionEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]proctest.SessionEvent(nil), o.record...), append([]proctest.SessionEvent(nil), o.seen...)
+}
+
+func pos(ev proctest.SessionEvent) session.Position {
+	return session.Position{Epoch: ev.Epoch, Seq: ev.Seq}
+}
