@@ -28,9 +28,17 @@ type observed struct {
 	Seen          []proctest.SessionEvent // every push it read
 }
 
-// report counts a run's outcomes and the violations of each property.
+// report is a run's outcome: its counts and the violations of each
+// property.
 type report struct {
 	Seed uint64
+	tally
+	// Violations describes each violation, by property.
+	Violations map[string][]string
+}
+
+// tally counts a run's outcomes.
+type tally struct {
 	// The writers' side.
 	Accepted   int // deliveries answered 202 (new or duplicate)
 	Duplicates int // of those, answered 202 duplicate:true
@@ -48,9 +56,6 @@ type report struct {
 	SplitBrain int // positions holding two different events; two keys accepted at one position
 	// (d) every gap an observer met was closed by a rejoin.
 	Gaps int // observer records that are not the replay log
-
-	// Violations describes each violation, by property.
-	Violations map[string][]string
 }
 
 func (r *report) violate(property, format string, args ...any) {
@@ -116,7 +121,7 @@ func loggedTexts(log []session.Event) map[string]int {
 func checkAccepted(r *report, d runData) {
 	users := map[string]map[string][]int{}
 	logged := map[string]map[string]int{}
-	unanswered := map[string]int{} // session → accepted turns with no reply
+	unanswered := map[string][]string{} // session → keys of accepted turns with no reply
 	for id, h := range d.Histories {
 		users[id] = userTexts(h)
 	}
@@ -151,15 +156,15 @@ func checkAccepted(r *report, d runData) {
 			r.Duplicated++
 			r.violate(propAccepted, "%s: %s is %d times in the history", dl.Session, dl.Key, len(at))
 		case at[0]+1 >= len(h) || h[at[0]+1] != (proctest.Message{Role: "assistant", Content: dl.Text}):
-			unanswered[dl.Session]++
+			unanswered[dl.Session] = append(unanswered[dl.Session], fmt.Sprintf("%s at %d-%d", dl.Key, dl.Accepted.Epoch, dl.Accepted.Seq))
 		}
 		if n := logged[dl.Session][dl.Text]; n > 1 {
 			r.LoggedTwice++
 			r.violate(propAccepted, "%s: %s has %d user_events in the replay log", dl.Session, dl.Key, n)
 		}
 	}
-	for id, n := range unanswered {
-		failed := 0
+	for id, keys := range unanswered {
+		n, failed := len(keys), 0
 		for _, ev := range d.Logs[id] {
 			if ev.Type == session.TypeTurnFailed && !bytes.Contains(ev.Data, []byte(`"error":""`)) {
 				failed++
@@ -168,7 +173,8 @@ func checkAccepted(r *report, d runData) {
 		r.FailedTurns += min(n, failed)
 		if n > failed {
 			r.Incomplete += n - failed
-			r.violate(propAccepted, "%s: %d accepted events have no reply in the history and the log holds %d turn_failed", id, n, failed)
+			r.violate(propAccepted, "%s: %d accepted events have no reply in the history (%s) and the log holds %d turn_failed",
+				id, n, strings.Join(keys, ", "), failed)
 		}
 	}
 }
