@@ -252,8 +252,7 @@ func (s *observerSet) finish(t *testing.T, logs map[string][]session.Event) []ob
 	s.stop()
 	out := make([]observed, 0, len(s.list))
 	for _, o := range s.list {
-		rec, seen := o.snapshot()
-		out = append(out, observed{Node: o.node.Name(), Session: o.session, Record: rec, Seen: seen})
+		out = append(out, o.snapshot())
 	}
 	return out
 }

@@ -34,6 +34,12 @@ type observer struct {
 	// unrecovered lists the reasons of join replies that said
 	// recovered:false.
 	unrecovered []string
+	// acceptJump is set by a join that answered recovered:false: the
+	// replay cannot fill the gap, so (as a client that refetched the
+	// history would) the next event is kept even after a jump, and the
+	// hole is noted in holes.
+	acceptJump bool
+	holes      []string
 }
 
 // dialTimeout bounds one dial and join: a paused node never answers, and
@@ -159,6 +165,7 @@ func (o *observer) join(ctx context.Context, s *proctest.Socket) (string, error)
 		}
 		o.mu.Lock()
 		o.joins++
+		o.acceptJump = !r.Response.Recovered
 		if !r.Response.Recovered {
 			o.unrecovered = append(o.unrecovered, fmt.Sprintf("join at %v: %s", top, r.Response.Reason))
 		}
@@ -168,30 +175,30 @@ func (o *observer) join(ctx context.Context, s *proctest.Socket) (string, error)
 }
 
 // add takes one push of the current join. It reports a seq jump (the event
-// is then not kept: the rejoin's replay brings it).
+// is then not kept: the rejoin's replay brings it), unless the join said
+// the replay could not fill it.
 func (o *observer) add(ev proctest.SessionEvent) (jump bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.record) == 0 {
-		if ev.Seq != 1 {
-			o.jumps++
-			o.lastJump = fmt.Sprintf("held nothing, got %v %s", pos(ev), ev.Type)
-			return true
-		}
-		o.record = append(o.record, ev)
-		return false
+	held := "nothing"
+	var last proctest.SessionEvent
+	if len(o.record) > 0 {
+		last = o.record[len(o.record)-1]
+		held = pos(last).String()
 	}
-	last := o.record[len(o.record)-1]
 	switch {
-	case !pos(last).Less(pos(ev)):
+	case len(o.record) > 0 && !pos(last).Less(pos(ev)):
 		o.stale++
+		return false
+	case ev.Seq > last.Seq+1 && o.acceptJump:
+		o.holes = append(o.holes, fmt.Sprintf("held %s, got %v %s after %s", held, pos(ev), ev.Type, o.unrecovered[len(o.unrecovered)-1]))
 	case ev.Seq > last.Seq+1:
 		o.jumps++
-		o.lastJump = fmt.Sprintf("held %v, got %v %s", pos(last), pos(ev), ev.Type)
+		o.lastJump = fmt.Sprintf("held %s, got %v %s", held, pos(ev), ev.Type)
 		return true
-	default:
-		o.record = append(o.record, ev)
 	}
+	o.acceptJump = false
+	o.record = append(o.record, ev)
 	return false
 }
 
@@ -232,18 +239,23 @@ func (o *observer) rejoinAndWait(ctx context.Context, want session.Position) err
 			if len(unrecovered) > 3 {
 				unrecovered = unrecovered[len(unrecovered)-3:]
 			}
-			return fmt.Errorf("observer of %s on %s: rejoined %v, holds up to %v, the log ends at %v; %d joins, %d jumps (last: %s), %d stale pushes, %d joins not recovered (last: %v)",
-				o.session, o.node.Name(), joined, top, want, o.joins, o.jumps, o.lastJump, o.stale, len(o.unrecovered), unrecovered)
+			return fmt.Errorf("observer of %s on %s: rejoined %v, holds up to %v, the log ends at %v; %d pushes read, %d joins, %d jumps (last: %s), %d stale pushes, %d joins not recovered (last: %v)",
+				o.session, o.node.Name(), joined, top, want, len(o.seen), o.joins, o.jumps, o.lastJump, o.stale, len(o.unrecovered), unrecovered)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-// snapshot returns copies of the record and of every push seen.
-func (o *observer) snapshot() (record, seen []proctest.SessionEvent) {
+// snapshot returns what the observer ended with.
+func (o *observer) snapshot() observed {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return append([]proctest.SessionEvent(nil), o.record...), append([]proctest.SessionEvent(nil), o.seen...)
+	return observed{
+		Node: o.node.Name(), Session: o.session,
+		Record: append([]proctest.SessionEvent(nil), o.record...),
+		Seen:   append([]proctest.SessionEvent(nil), o.seen...),
+		Holes:  append([]string(nil), o.holes...),
+	}
 }
 
 func pos(ev proctest.SessionEvent) session.Position {

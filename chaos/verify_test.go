@@ -24,8 +24,11 @@ type runData struct {
 // observed is what one observer ended with.
 type observed struct {
 	Node, Session string
-	Record        []proctest.SessionEvent // the contiguous events it holds
+	Record        []proctest.SessionEvent // the events it holds
 	Seen          []proctest.SessionEvent // every push it read
+	// Holes describes each seq jump it kept because its rejoin's reply said
+	// recovered:false (the replay could not fill it).
+	Holes []string
 }
 
 // report is a run's outcome: its counts and the violations of each
@@ -102,12 +105,13 @@ func userTexts(h []proctest.Message) map[string][]int {
 	return out
 }
 
-// loggedTexts counts a replay log's user_events by text.
-func loggedTexts(log []session.Event) map[string]int {
-	out := map[string]int{}
+// loggedTexts indexes a replay log's user_events: text → positions.
+func loggedTexts(log []session.Event) map[string][]session.Position {
+	out := map[string][]session.Position{}
 	for _, ev := range log {
 		if ev.Type == session.TypeUserEvent {
-			out[userEventText(ev.Data)]++
+			t := userEventText(ev.Data)
+			out[t] = append(out[t], ev.Pos())
 		}
 	}
 	return out
@@ -120,7 +124,7 @@ func loggedTexts(log []session.Event) map[string]int {
 // for each such turn.
 func checkAccepted(r *report, d runData) {
 	users := map[string]map[string][]int{}
-	logged := map[string]map[string]int{}
+	logged := map[string]map[string][]session.Position{}
 	unanswered := map[string][]string{} // session → keys of accepted turns with no reply
 	for id, h := range d.Histories {
 		users[id] = userTexts(h)
@@ -150,7 +154,7 @@ func checkAccepted(r *report, d runData) {
 		switch {
 		case len(at) == 0:
 			r.Lost++
-			r.violate(propAccepted, "%s: %s accepted at %d-%d is not in the history (%d user_events in the log)",
+			r.violate(propAccepted, "%s: %s accepted at %d-%d is not in the history (user_events in the log at %v)",
 				dl.Session, dl.Key, dl.Accepted.Epoch, dl.Accepted.Seq, logged[dl.Session][dl.Text])
 		case len(at) > 1:
 			r.Duplicated++
@@ -158,9 +162,10 @@ func checkAccepted(r *report, d runData) {
 		case at[0]+1 >= len(h) || h[at[0]+1] != (proctest.Message{Role: "assistant", Content: dl.Text}):
 			unanswered[dl.Session] = append(unanswered[dl.Session], fmt.Sprintf("%s at %d-%d", dl.Key, dl.Accepted.Epoch, dl.Accepted.Seq))
 		}
-		if n := logged[dl.Session][dl.Text]; n > 1 {
+		if at := logged[dl.Session][dl.Text]; len(at) > 1 {
 			r.LoggedTwice++
-			r.violate(propAccepted, "%s: %s has %d user_events in the replay log", dl.Session, dl.Key, n)
+			r.violate(propAccepted, "%s: %s has %d user_events in the replay log, at %v; answers: %s",
+				dl.Session, dl.Key, len(at), at, answersString(dl.Answers))
 		}
 	}
 	for id, keys := range unanswered {
@@ -184,7 +189,7 @@ func checkAccepted(r *report, d runData) {
 // answered as a duplicate of itself.
 func checkRefusals(r *report, d runData) {
 	users := map[string]map[string][]int{}
-	logged := map[string]map[string]int{}
+	logged := map[string]map[string][]session.Position{}
 	for id, h := range d.Histories {
 		users[id] = userTexts(h)
 	}
@@ -195,7 +200,7 @@ func checkRefusals(r *report, d runData) {
 		n := len(dl.Answers)
 		switch {
 		case dl.Accepted == nil && dl.refusedOnly(n):
-			inHistory, inLog := len(users[dl.Session][dl.Text]), logged[dl.Session][dl.Text]
+			inHistory, inLog := len(users[dl.Session][dl.Text]), len(logged[dl.Session][dl.Text])
 			if inHistory > 0 || inLog > 0 {
 				r.RefusedRan++
 				r.violate(propRefusal, "%s: %s was refused (%v), yet is %d times in the history and %d in the log",
@@ -209,13 +214,27 @@ func checkRefusals(r *report, d runData) {
 	}
 }
 
+// answersString lists answers, runs of equal ones folded ("a: 503
+// session_moving ×3").
 func answersString(as []answer) string {
 	if len(as) == 0 {
 		return "nothing before"
 	}
-	parts := make([]string, len(as))
-	for i, a := range as {
-		parts[i] = a.String()
+	var parts []string
+	for i := 0; i < len(as); {
+		j := i + 1
+		for j < len(as) && as[j].String() == as[i].String() {
+			j++
+		}
+		p := as[i].String()
+		if as[i].Kind == answerAccepted {
+			p = fmt.Sprintf("%s: 202", as[i].Node)
+		}
+		if j-i > 1 {
+			p += fmt.Sprintf(" ×%d", j-i)
+		}
+		parts = append(parts, p)
+		i = j
 	}
 	return strings.Join(parts, ", ")
 }
@@ -297,7 +316,7 @@ func checkGaps(r *report, d runData) {
 	for _, o := range d.Observers {
 		if msg := recordGap(o.Record); msg != "" {
 			r.Gaps++
-			r.violate(propGapless, "observer of %s on %s: %s", o.Session, o.Node, msg)
+			r.violate(propGapless, "observer of %s on %s: %s (%s)", o.Session, o.Node, msg, strings.Join(o.Holes, "; "))
 			continue
 		}
 		if msg := diffLog(o.Record, d.Logs[o.Session]); msg != "" {

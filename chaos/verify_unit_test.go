@@ -198,3 +198,43 @@ func TestScheduleIsSeeded(t *testing.T) {
 		t.Error("seeds 1 and 2 give the same schedule")
 	}
 }
+
+// TestObserverKeepsContiguousEvents: the observer's rule on one join's
+// pushes. It keeps contiguous events (a new epoch may step back), ignores
+// a push at or before what it holds, and reports a jump without keeping
+// the event, unless its join said the replay could not fill the gap: then
+// it keeps the event and notes the hole.
+func TestObserverKeepsContiguousEvents(t *testing.T) {
+	ev := func(epoch, seq int64) proctest.SessionEvent {
+		return proctest.SessionEvent{Epoch: epoch, Seq: seq, Type: session.TypeDelta}
+	}
+	o := &observer{}
+	steps := []struct {
+		ev   proctest.SessionEvent
+		jump bool
+	}{
+		{ev(1, 2), true}, // nothing held: the first event must be seq 1
+		{ev(1, 1), false},
+		{ev(1, 2), false},
+		{ev(1, 2), false}, // stale
+		{ev(1, 4), true},
+		{ev(1, 3), false},
+		{ev(2, 2), false}, // a new epoch steps back
+		{ev(2, 3), false},
+	}
+	for i, s := range steps {
+		if got := o.add(s.ev); got != s.jump {
+			t.Fatalf("step %d (%v): jump %v, want %v", i, pos(s.ev), got, s.jump)
+		}
+	}
+	if got := o.top(); got != (session.Position{Epoch: 2, Seq: 3}) || len(o.record) != 6 || o.stale != 1 || o.jumps != 2 {
+		t.Fatalf("top %v, %d held, %d stale, %d jumps", got, len(o.record), o.stale, o.jumps)
+	}
+	o.unrecovered, o.acceptJump = []string{"join at 2-3: replay_truncated"}, true
+	if o.add(ev(3, 6)) || o.top() != (session.Position{Epoch: 3, Seq: 6}) || len(o.holes) != 1 {
+		t.Fatalf("after an unrecovered join: top %v, holes %v", o.top(), o.holes)
+	}
+	if !o.add(ev(3, 8)) {
+		t.Fatal("a later jump is not kept")
+	}
+}
