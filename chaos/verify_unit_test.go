@@ -227,7 +227,7 @@ func TestObserverKeepsContiguousEvents(t *testing.T) {
 			t.Fatalf("step %d (%v): jump %v, want %v", i, pos(s.ev), got, s.jump)
 		}
 	}
-	if got := o.top(); got != (session.Position{Epoch: 2, Seq: 3}) || len(o.record) != 6 || o.stale != 1 || o.jumps != 2 {
+	if got := o.top(); got != (session.Position{Epoch: 2, Seq: 3}) || len(o.record) != 5 || o.stale != 1 || o.jumps != 2 {
 		t.Fatalf("top %v, %d held, %d stale, %d jumps", got, len(o.record), o.stale, o.jumps)
 	}
 	o.unrecovered, o.acceptJump = []string{"join at 2-3: replay_truncated"}, true
