@@ -233,7 +233,7 @@ func (s *observerSet) stop() {
 // and returns what each holds. An observer that never catches up is
 // logged; the gap check reports what it lacks.
 func (s *observerSet) finish(t *testing.T, logs map[string][]session.Event) []observed {
-	ctx := timeout(t, 30*time.Second)
+	ctx := timeout(t, 20*time.Second)
 	var wg sync.WaitGroup
 	for _, o := range s.list {
 		log := logs[o.session]

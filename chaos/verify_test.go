@@ -47,6 +47,10 @@ type tally struct {
 	Duplicates int // of those, answered 202 duplicate:true
 	Refused    int // given up after refusals only (nothing may have run)
 	Unknown    int // given up after an answer that left the outcome open
+	// Refusals and Open count the answers the writers followed: refusals
+	// (503 directive, 429) and answers that left the outcome open (no
+	// answer, 504, 502, 409, 500).
+	Refusals, Open int
 	// (a) every accepted event is in history once and its turn ended.
 	Lost        int // accepted, not in history
 	Duplicated  int // accepted, more than once in history
@@ -69,9 +73,9 @@ func (r *report) violate(property, format string, args ...any) {
 }
 
 func (r report) String() string {
-	return fmt.Sprintf("seed %d: accepted %d (%d duplicate answers), refused %d, given up unknown %d | "+
+	return fmt.Sprintf("seed %d: accepted %d (%d duplicate answers), refused %d, given up unknown %d, answers followed: %d refusals, %d open | "+
 		"lost %d, duplicated %d, logged twice %d, incomplete %d, failed turns %d | refused but ran %d | split-brain %d | gaps %d",
-		r.Seed, r.Accepted, r.Duplicates, r.Refused, r.Unknown,
+		r.Seed, r.Accepted, r.Duplicates, r.Refused, r.Unknown, r.Refusals, r.Open,
 		r.Lost, r.Duplicated, r.LoggedTwice, r.Incomplete, r.FailedTurns, r.RefusedRan, r.SplitBrain, r.Gaps)
 }
 
@@ -135,6 +139,14 @@ func checkAccepted(r *report, d runData) {
 	for _, dl := range d.Deliveries {
 		if last := dl.Answers[len(dl.Answers)-1]; last.Kind == answerInvalid {
 			r.violate(propWriter, "%s %s: answered %v", dl.Session, dl.Key, last)
+		}
+		for _, a := range dl.Answers {
+			switch a.Kind {
+			case answerRefused:
+				r.Refusals++
+			case answerUnknown:
+				r.Open++
+			}
 		}
 		switch {
 		case dl.Accepted != nil:

@@ -97,19 +97,19 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		{"refused, then run", func(d *runData) {
 			d.Deliveries[1].Accepted = nil
 			d.Deliveries[1].Answers = refused("k2").Answers
-		}, tally{Accepted: 1, Refused: 1, RefusedRan: 1}, propRefusal},
+		}, tally{Accepted: 1, Refused: 1, Refusals: 1, RefusedRan: 1}, propRefusal},
 		{"refused, then answered duplicate", func(d *runData) {
 			dl := d.Deliveries[1]
 			dl.Accepted.Duplicate = true
 			dl.Answers = append(refused("k2").Answers, dl.Answers...)
-		}, tally{Accepted: 2, Duplicates: 1, RefusedRan: 1}, propRefusal},
+		}, tally{Accepted: 2, Duplicates: 1, Refusals: 1, RefusedRan: 1}, propRefusal},
 		{"unknown, then answered duplicate", func(d *runData) {
 			dl := d.Deliveries[1]
 			dl.Accepted.Duplicate = true
 			dl.Answers = append([]answer{{Kind: answerUnknown, Node: "b", Status: http.StatusGatewayTimeout, Code: "forward_timeout"}}, dl.Answers...)
-		}, tally{Accepted: 2, Duplicates: 1}, ""},
+		}, tally{Accepted: 2, Duplicates: 1, Open: 1}, ""},
 		{"refused and nowhere", func(d *runData) { d.Deliveries = append(d.Deliveries, refused("k3")) },
-			tally{Accepted: 2, Refused: 1}, ""},
+			tally{Accepted: 2, Refused: 1, Refusals: 1}, ""},
 		{"two events at one position", func(d *runData) {
 			ev := d.Observers[0].Seen[2]
 			ev.Data = json.RawMessage(`{"text":"other "}`)
