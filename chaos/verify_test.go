@@ -58,7 +58,10 @@ type tally struct {
 	Incomplete  int // in history, but its turn neither completed nor failed
 	FailedTurns int // in history, turn ended with turn_failed (allowed)
 	// (b) a refusal is atomic.
-	RefusedRan int // refused only, yet in history or log; or refused, then answered duplicate
+	// RefusedRan counts events refused only, yet in history or log; and
+	// events refused, then answered duplicate, or accepted anew with a
+	// user_event already logged by a refused attempt.
+	RefusedRan int
 	// (c) one writer per (session, epoch).
 	SplitBrain int // positions holding two different events; two keys accepted at one position
 	// (d) every gap an observer met was closed by a rejoin.
@@ -222,6 +225,18 @@ func checkRefusals(r *report, d runData) {
 			r.RefusedRan++
 			r.violate(propRefusal, "%s: %s was answered %v, then 202 duplicate of %d-%d",
 				dl.Session, dl.Key, answersString(dl.Answers[:n-1]), dl.Accepted.Epoch, dl.Accepted.Seq)
+		case dl.Accepted != nil && n > 1 && dl.refusedOnly(n-1):
+			// Accepted anew after refusals: a user_event of the key at
+			// another position was logged by a refused attempt.
+			acc := session.Position{Epoch: dl.Accepted.Epoch, Seq: dl.Accepted.Seq}
+			for _, p := range logged[dl.Session][dl.Text] {
+				if p != acc {
+					r.RefusedRan++
+					r.violate(propRefusal, "%s: %s was answered %v, yet logged at %v, then accepted anew at %v",
+						dl.Session, dl.Key, answersString(dl.Answers[:n-1]), p, acc)
+					break
+				}
+			}
 		}
 	}
 }

@@ -103,6 +103,15 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			dl.Accepted.Duplicate = true
 			dl.Answers = append(refused("k2").Answers, dl.Answers...)
 		}, tally{Accepted: 2, Duplicates: 1, Refusals: 1, RefusedRan: 1}, propRefusal},
+		{"refused yet logged, then accepted anew", func(d *runData) {
+			dl := d.Deliveries[1]
+			dl.Answers = append(refused("k2").Answers, dl.Answers...)
+			ev := d.Logs["s"][5] // k2's user_event, logged by the refused attempt at 1-6
+			ev.Epoch, ev.Seq = 2, 11
+			d.Logs["s"] = append(d.Logs["s"], ev)
+			dl.Accepted.Epoch, dl.Accepted.Seq = 2, 11
+			d.Observers[0].Record = asPushes(d.Logs["s"])
+		}, tally{Accepted: 2, Refusals: 1, LoggedTwice: 1, RefusedRan: 1}, propRefusal},
 		{"unknown, then answered duplicate", func(d *runData) {
 			dl := d.Deliveries[1]
 			dl.Accepted.Duplicate = true
