@@ -140,6 +140,9 @@ func checkAccepted(r *report, d runData) {
 		logged[id] = loggedTexts(log)
 	}
 	for _, dl := range d.Deliveries {
+		if len(dl.Answers) == 0 {
+			continue // the run ended before its first attempt
+		}
 		if last := dl.Answers[len(dl.Answers)-1]; last.Kind == answerInvalid {
 			r.violate(propWriter, "%s %s: answered %v", dl.Session, dl.Key, last)
 		}
@@ -214,6 +217,7 @@ func checkRefusals(r *report, d runData) {
 	for _, dl := range d.Deliveries {
 		n := len(dl.Answers)
 		switch {
+		case n == 0:
 		case dl.Accepted == nil && dl.refusedOnly(n):
 			inHistory, inLog := len(users[dl.Session][dl.Text]), len(logged[dl.Session][dl.Text])
 			if inHistory > 0 || inLog > 0 {
