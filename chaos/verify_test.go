@@ -55,6 +55,7 @@ type tally struct {
 	Lost        int // accepted, not in history
 	Duplicated  int // accepted, more than once in history
 	LoggedTwice int // accepted, more than one user_event in the replay log
+	Unlogged    int // accepted, no user_event in the replay log
 	Incomplete  int // in history, but its turn neither completed nor failed
 	FailedTurns int // in history, turn ended with turn_failed (allowed)
 	// (b) a refusal is atomic.
@@ -77,9 +78,9 @@ func (r *report) violate(property, format string, args ...any) {
 
 func (r report) String() string {
 	return fmt.Sprintf("seed %d: accepted %d (%d duplicate answers), refused %d, given up unknown %d, answers followed: %d refusals, %d open | "+
-		"lost %d, duplicated %d, logged twice %d, incomplete %d, failed turns %d | refused but ran %d | split-brain %d | gaps %d",
+		"lost %d, duplicated %d, logged twice %d, unlogged %d, incomplete %d, failed turns %d | refused but ran %d | split-brain %d | gaps %d",
 		r.Seed, r.Accepted, r.Duplicates, r.Refused, r.Unknown, r.Refusals, r.Open,
-		r.Lost, r.Duplicated, r.LoggedTwice, r.Incomplete, r.FailedTurns, r.RefusedRan, r.SplitBrain, r.Gaps)
+		r.Lost, r.Duplicated, r.LoggedTwice, r.Unlogged, r.Incomplete, r.FailedTurns, r.RefusedRan, r.SplitBrain, r.Gaps)
 }
 
 // The properties, as report.Violations keys.
@@ -180,7 +181,12 @@ func checkAccepted(r *report, d runData) {
 		case at[0]+1 >= len(h) || h[at[0]+1] != (proctest.Message{Role: "assistant", Content: dl.Text}):
 			unanswered[dl.Session] = append(unanswered[dl.Session], fmt.Sprintf("%s at %d-%d", dl.Key, dl.Accepted.Epoch, dl.Accepted.Seq))
 		}
-		if at := logged[dl.Session][dl.Text]; len(at) > 1 {
+		switch at := logged[dl.Session][dl.Text]; {
+		case len(at) == 0:
+			r.Unlogged++
+			r.violate(propAccepted, "%s: %s accepted at %d-%d has no user_event in the replay log",
+				dl.Session, dl.Key, dl.Accepted.Epoch, dl.Accepted.Seq)
+		case len(at) > 1:
 			r.LoggedTwice++
 			r.violate(propAccepted, "%s: %s has %d user_events in the replay log, at %v; answers: %s",
 				dl.Session, dl.Key, len(at), at, answersString(dl.Answers))

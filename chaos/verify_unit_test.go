@@ -85,6 +85,12 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			d.Logs["s"] = append(d.Logs["s"], ev)
 			d.Observers[0].Record = asPushes(d.Logs["s"])
 		}, tally{Accepted: 2, LoggedTwice: 1}, propAccepted},
+		{"not logged", func(d *runData) {
+			// k2's position holds another event: the log lacks k2, and its
+			// 202 named a position another write took.
+			d.Logs["s"][5] = session.Event{Session: "s", Epoch: 1, Seq: 6, Type: session.TypeDelta, Data: json.RawMessage(`{"text":"x "}`)}
+			d.Observers[0].Record, d.Observers[0].Seen = asPushes(d.Logs["s"]), asPushes(d.Logs["s"])
+		}, tally{Accepted: 2, Unlogged: 1, SplitBrain: 1}, propAccepted},
 		{"turn never ended", func(d *runData) { d.Histories["s"] = d.Histories["s"][:3] },
 			tally{Accepted: 2, Incomplete: 1}, propAccepted},
 		{"turn failed with a reason", func(d *runData) {
@@ -128,7 +134,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 			dl := *d.Deliveries[0]
 			dl.Key, dl.Text = "k9", eventText("k9")
 			d.Deliveries = append(d.Deliveries, &dl)
-		}, tally{Accepted: 3, Lost: 1, SplitBrain: 1}, propSingle},
+		}, tally{Accepted: 3, Lost: 1, Unlogged: 1, SplitBrain: 1}, propSingle},
 		{"a gap inside an epoch", func(d *runData) {
 			rec := d.Observers[0].Record
 			d.Observers[0].Record = append(rec[:3:3], rec[4:]...)
