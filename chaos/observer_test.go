@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/session"
 )
@@ -23,9 +24,9 @@ type observer struct {
 	token   string
 
 	mu     sync.Mutex
-	sock   *proctest.Socket
-	record []proctest.SessionEvent // contiguous from seq 1: what the client holds
-	seen   []proctest.SessionEvent // every session push read, in arrival order
+	sock   *phxtest.Socket
+	record []phxtest.SessionEvent // contiguous from seq 1: what the client holds
+	seen   []phxtest.SessionEvent // every session push read, in arrival order
 	joins  int                     // successful joins
 	jumps  int                     // seq jumps that caused a rejoin
 	stale  int                     // pushes at or before the record's last position
@@ -63,10 +64,10 @@ func (o *observer) run(ctx context.Context) {
 }
 
 // connect dials the node and joins the session from the record's top.
-func (o *observer) connect(ctx context.Context) (*proctest.Socket, string, error) {
+func (o *observer) connect(ctx context.Context) (*phxtest.Socket, string, error) {
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	s, err := proctest.DialSocket(dctx, o.node.URL(), o.token)
+	s, err := phxtest.DialNode(dctx, o.node.URL(), o.token)
 	if err != nil {
 		return nil, "", err
 	}
@@ -83,7 +84,7 @@ func (o *observer) connect(ctx context.Context) (*proctest.Socket, string, error
 
 // follow reads pushes until the socket fails, rejoining on a seq jump or a
 // channel error or close.
-func (o *observer) follow(ctx context.Context, s *proctest.Socket, joinRef string) {
+func (o *observer) follow(ctx context.Context, s *phxtest.Socket, joinRef string) {
 	topic := session.Topic(o.session)
 	var rejoinedAt *session.Position
 	for {
@@ -130,7 +131,7 @@ func (o *observer) follow(ctx context.Context, s *proctest.Socket, joinRef strin
 }
 
 // read reads one frame and keeps every session push in seen.
-func (o *observer) read(ctx context.Context, s *proctest.Socket) (proctest.Frame, error) {
+func (o *observer) read(ctx context.Context, s *phxtest.Socket) (phxtest.Frame, error) {
 	f, err := s.Read(ctx)
 	if err != nil {
 		return f, err
@@ -145,7 +146,7 @@ func (o *observer) read(ctx context.Context, s *proctest.Socket) (proctest.Frame
 
 // join sends phx_join with last_event at the record's top and reads until
 // its reply; it returns the join ref.
-func (o *observer) join(ctx context.Context, s *proctest.Socket) (string, error) {
+func (o *observer) join(ctx context.Context, s *phxtest.Socket) (string, error) {
 	topic := session.Topic(o.session)
 	top := o.top()
 	ref, err := s.Send(ctx, "", topic, "phx_join", map[string]any{"last_event": top})
@@ -187,11 +188,11 @@ func (o *observer) join(ctx context.Context, s *proctest.Socket) (string, error)
 // add takes one push of the current join. It reports a seq jump (the event
 // is then not kept: the rejoin's replay brings it), unless the join said
 // the replay could not fill it.
-func (o *observer) add(ev proctest.SessionEvent) (jump bool) {
+func (o *observer) add(ev phxtest.SessionEvent) (jump bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	held := "nothing"
-	var last proctest.SessionEvent
+	var last phxtest.SessionEvent
 	if len(o.record) > 0 {
 		last = o.record[len(o.record)-1]
 		held = pos(last).String()
@@ -262,12 +263,12 @@ func (o *observer) snapshot() observed {
 	defer o.mu.Unlock()
 	return observed{
 		Node: o.node.Name(), Session: o.session,
-		Record: append([]proctest.SessionEvent(nil), o.record...),
-		Seen:   append([]proctest.SessionEvent(nil), o.seen...),
+		Record: append([]phxtest.SessionEvent(nil), o.record...),
+		Seen:   append([]phxtest.SessionEvent(nil), o.seen...),
 		Holes:  append([]string(nil), o.holes...),
 	}
 }
 
-func pos(ev proctest.SessionEvent) session.Position {
+func pos(ev phxtest.SessionEvent) session.Position {
 	return session.Position{Epoch: ev.Epoch, Seq: ev.Seq}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/session"
 )
@@ -24,8 +25,8 @@ type runData struct {
 // observed is what one observer ended with.
 type observed struct {
 	Node, Session string
-	Record        []proctest.SessionEvent // the events it holds
-	Seen          []proctest.SessionEvent // every push it read
+	Record        []phxtest.SessionEvent // the events it holds
+	Seen          []phxtest.SessionEvent // every push it read
 	// Holes describes each seq jump it kept because its rejoin's reply said
 	// recovered:false (the replay could not fill it).
 	Holes []string
@@ -365,7 +366,7 @@ func checkGaps(r *report, d runData) {
 
 // recordGap describes the first break in a record's contiguity ("" when
 // there is none).
-func recordGap(rec []proctest.SessionEvent) string {
+func recordGap(rec []phxtest.SessionEvent) string {
 	for i, ev := range rec {
 		if i == 0 {
 			if ev.Seq != 1 {
@@ -384,7 +385,7 @@ func recordGap(rec []proctest.SessionEvent) string {
 // diffLog describes how a record differs from the log ("" when equal):
 // the events of the log the record lacks, the events it holds that the log
 // does not, and the first difference.
-func diffLog(rec []proctest.SessionEvent, log []session.Event) string {
+func diffLog(rec []phxtest.SessionEvent, log []session.Event) string {
 	inLog := map[session.Position]string{}
 	for _, ev := range log {
 		inLog[ev.Pos()] = content(ev.Type, ev.Data)

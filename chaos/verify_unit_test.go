@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/session"
 )
@@ -46,10 +47,10 @@ func fakeRun() runData {
 	return d
 }
 
-func asPushes(log []session.Event) []proctest.SessionEvent {
-	out := make([]proctest.SessionEvent, len(log))
+func asPushes(log []session.Event) []phxtest.SessionEvent {
+	out := make([]phxtest.SessionEvent, len(log))
 	for i, ev := range log {
-		out[i] = proctest.SessionEvent{Session: ev.Session, Epoch: ev.Epoch, Seq: ev.Seq, Type: ev.Type, Data: ev.Data}
+		out[i] = phxtest.SessionEvent{Session: ev.Session, Epoch: ev.Epoch, Seq: ev.Seq, Type: ev.Type, Data: ev.Data}
 	}
 	return out
 }
@@ -128,7 +129,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		{"two events at one position", func(d *runData) {
 			ev := d.Observers[0].Seen[2]
 			ev.Data = json.RawMessage(`{"text":"other "}`)
-			d.Observers = append(d.Observers, observed{Node: "b", Session: "s", Record: d.Observers[0].Record, Seen: []proctest.SessionEvent{ev}})
+			d.Observers = append(d.Observers, observed{Node: "b", Session: "s", Record: d.Observers[0].Record, Seen: []phxtest.SessionEvent{ev}})
 		}, tally{Accepted: 2, SplitBrain: 1}, propSingle},
 		{"two keys accepted at one position", func(d *runData) {
 			dl := *d.Deliveries[0]
@@ -174,19 +175,19 @@ func TestCheckFindsEachViolation(t *testing.T) {
 // TestRecordGap: the observers' contiguity rule (README "Gaps"): within an
 // epoch seq steps by one; a new epoch may step back or continue, never jump.
 func TestRecordGap(t *testing.T) {
-	ev := func(epoch, seq int64) proctest.SessionEvent { return proctest.SessionEvent{Epoch: epoch, Seq: seq} }
+	ev := func(epoch, seq int64) phxtest.SessionEvent { return phxtest.SessionEvent{Epoch: epoch, Seq: seq} }
 	for _, tc := range []struct {
-		rec  []proctest.SessionEvent
+		rec  []phxtest.SessionEvent
 		want bool // a gap
 	}{
 		{nil, false},
-		{[]proctest.SessionEvent{ev(1, 1), ev(1, 2), ev(2, 3)}, false},
-		{[]proctest.SessionEvent{ev(1, 1), ev(1, 2), ev(1, 3), ev(2, 2)}, false},
-		{[]proctest.SessionEvent{ev(1, 2)}, true},
-		{[]proctest.SessionEvent{ev(1, 1), ev(1, 3)}, true},
-		{[]proctest.SessionEvent{ev(1, 1), ev(2, 3)}, true},
-		{[]proctest.SessionEvent{ev(1, 1), ev(1, 2), ev(1, 2)}, true},
-		{[]proctest.SessionEvent{ev(2, 1), ev(1, 2)}, true},
+		{[]phxtest.SessionEvent{ev(1, 1), ev(1, 2), ev(2, 3)}, false},
+		{[]phxtest.SessionEvent{ev(1, 1), ev(1, 2), ev(1, 3), ev(2, 2)}, false},
+		{[]phxtest.SessionEvent{ev(1, 2)}, true},
+		{[]phxtest.SessionEvent{ev(1, 1), ev(1, 3)}, true},
+		{[]phxtest.SessionEvent{ev(1, 1), ev(2, 3)}, true},
+		{[]phxtest.SessionEvent{ev(1, 1), ev(1, 2), ev(1, 2)}, true},
+		{[]phxtest.SessionEvent{ev(2, 1), ev(1, 2)}, true},
 	} {
 		if got := recordGap(tc.rec) != ""; got != tc.want {
 			t.Errorf("recordGap(%v) = %q, want a gap: %v", tc.rec, recordGap(tc.rec), tc.want)
@@ -220,12 +221,12 @@ func TestScheduleIsSeeded(t *testing.T) {
 // the event, unless its join said the replay could not fill the gap: then
 // it keeps the event and notes the hole.
 func TestObserverKeepsContiguousEvents(t *testing.T) {
-	ev := func(epoch, seq int64) proctest.SessionEvent {
-		return proctest.SessionEvent{Epoch: epoch, Seq: seq, Type: session.TypeDelta}
+	ev := func(epoch, seq int64) phxtest.SessionEvent {
+		return phxtest.SessionEvent{Epoch: epoch, Seq: seq, Type: session.TypeDelta}
 	}
 	o := &observer{}
 	steps := []struct {
-		ev   proctest.SessionEvent
+		ev   phxtest.SessionEvent
 		jump bool
 	}{
 		{ev(1, 2), true}, // nothing held: the first event must be seq 1
