@@ -27,9 +27,9 @@ type observer struct {
 	sock   *phxtest.Socket
 	record []phxtest.SessionEvent // contiguous from seq 1: what the client holds
 	seen   []phxtest.SessionEvent // every session push read, in arrival order
-	joins  int                     // successful joins
-	jumps  int                     // seq jumps that caused a rejoin
-	stale  int                     // pushes at or before the record's last position
+	joins  int                    // successful joins
+	jumps  int                    // seq jumps that caused a rejoin
+	stale  int                    // pushes at or before the record's last position
 	// foreign counts pushes of an earlier join on the same socket
 	// (between a phx_leave and the next join's reply).
 	foreign int
