@@ -25,7 +25,7 @@ type observer struct {
 
 	mu     sync.Mutex
 	sock   *phxtest.Socket
-	record []phxtest.SessionEvent // contiguous from seq 1: what the client holds
+	record []phxtest.SessionEvent // what the client holds: contiguous from seq 1 but for holes
 	seen   []phxtest.SessionEvent // every session push read, in arrival order
 	joins  int                    // successful joins
 	jumps  int                    // seq jumps that caused a rejoin
