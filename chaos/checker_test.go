@@ -171,7 +171,7 @@ func runChecker(t *testing.T, seed uint64, cfg checkerConfig) report {
 				h[len(h)-1] == proctest.Message{Role: "assistant", Content: probe}
 		})
 		data.Histories[id] = v.History
-		data.Logs[id] = replayLog(t, fc.Cluster, id)
+		data.Logs[id] = waitLogEnd(t, fc.Cluster, id, probe)
 	}
 	data.Observers = observers.finish(t, data.Logs)
 	data.Deliveries = l.all()
@@ -192,6 +192,30 @@ func runChecker(t *testing.T, seed uint64, cfg checkerConfig) report {
 		t.Errorf("%s violated %d times (seed %d):\n\t%s", p, len(vs), seed, strings.Join(shown, "\n\t"))
 	}
 	return r
+}
+
+// waitLogEnd reads session id's replay log until it ends with the reply to
+// text and turn_completed: the history shows a reply before the actor has
+// logged its message and turn_completed.
+func waitLogEnd(t *testing.T, c *proctest.Cluster, id, text string) []session.Event {
+	t.Helper()
+	ctx := timeout(t, 30*time.Second)
+	for {
+		log := replayLog(t, c, id)
+		if n := len(log); n >= 2 && log[n-1].Type == session.TypeTurnCompleted && log[n-2].Type == session.TypeMessage &&
+			strings.Contains(string(log[n-2].Data), fmt.Sprintf("%q", text)) {
+			return log
+		}
+		select {
+		case <-ctx.Done():
+			last := "nothing"
+			if n := len(log); n > 0 {
+				last = fmt.Sprintf("%v %s %s", log[n-1].Pos(), log[n-1].Type, log[n-1].Data)
+			}
+			t.Fatalf("session %s: the replay log never ended with the reply to %q; it ends with %s", id, text, last)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // observerSet is every observer of a run, one per (node, session).
