@@ -151,9 +151,9 @@ func runChecker(t *testing.T, seed uint64, cfg checkerConfig) report {
 		t.Fatalf("after the last fault: %v", err)
 	}
 
-	// One last event per session: its turn completing means the session
-	// ran everything it had accepted and is quiet, and its events show a
-	// missed tail to the observers as a seq jump.
+	// One last event per session: its turn completing with nothing pending
+	// means the session ran everything it had accepted and is quiet, and
+	// its events show a missed tail to the observers as a seq jump.
 	w.rng = rand.New(rand.NewPCG(seed, uint64(cfg.Writers)))
 	for _, id := range sessions {
 		dl := w.deliver(timeout(t, time.Minute), id, "probe-"+id, eventText("probe-"+id))
@@ -162,15 +162,21 @@ func runChecker(t *testing.T, seed uint64, cfg checkerConfig) report {
 			t.Fatalf("%s: the last event was not accepted: %s", id, answersString(dl.Answers))
 		}
 	}
-	data := runData{Histories: map[string][]proctest.Message{}, Logs: map[string][]session.Event{}}
+	data := runData{Histories: map[string][]proctest.HistoryMessage{}, Logs: map[string][]session.Event{}}
 	for i, id := range sessions {
 		probe := eventText("probe-" + id)
-		v := waitView(t, fc.Cluster, fc.nodes[i%len(fc.nodes)], id, "the last event's turn", func(v proctest.SessionView) bool {
+		p := fc.nodes[i%len(fc.nodes)]
+		waitView(t, fc.Cluster, p, id, "the last event's turn, nothing pending", func(v proctest.SessionView) bool {
 			h := v.History
-			return len(h) >= 2 && h[len(h)-2] == proctest.Message{Role: "user", Content: probe} &&
+			return !v.Running && len(v.Pending) == 0 && len(h) >= 2 &&
+				h[len(h)-2] == proctest.Message{Role: "user", Content: probe} &&
 				h[len(h)-1] == proctest.Message{Role: "assistant", Content: probe}
 		})
-		data.Histories[id] = v.History
+		h, err := fc.Client().GetHistory(timeout(t, 30*time.Second), p.URL(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data.Histories[id] = h
 		data.Logs[id] = waitLogEnd(t, fc.Cluster, id, probe)
 	}
 	data.Observers = observers.finish(t, data.Logs)

@@ -14,9 +14,9 @@ import (
 // runData is what one checker run collected, once the cluster is quiet.
 type runData struct {
 	Deliveries []*delivery
-	// Histories holds each session's history as GET /api/sessions/{id}
-	// answered it.
-	Histories map[string][]proctest.Message
+	// Histories holds each session's whole history as the pages of GET
+	// /api/sessions/{id} answered it.
+	Histories map[string][]proctest.HistoryMessage
 	// Logs holds each session's whole replay log, read from Redis.
 	Logs      map[string][]session.Event
 	Observers []observed
@@ -104,7 +104,7 @@ func check(seed uint64, d runData) report {
 }
 
 // userTexts indexes a history's user messages: text → indexes.
-func userTexts(h []proctest.Message) map[string][]int {
+func userTexts(h []proctest.HistoryMessage) map[string][]int {
 	out := map[string][]int{}
 	for i, m := range h {
 		if m.Role == "user" {
@@ -112,6 +112,13 @@ func userTexts(h []proctest.Message) map[string][]int {
 		}
 	}
 	return out
+}
+
+// replied reports whether the user message h[i] is followed by the echo
+// reply of its turn.
+func replied(h []proctest.HistoryMessage, i int) bool {
+	return i+1 < len(h) && h[i+1].Turn == h[i].Turn &&
+		h[i+1].Message == proctest.Message{Role: "assistant", Content: h[i].Content}
 }
 
 // loggedTexts indexes a replay log's user_events: text → positions.
@@ -128,8 +135,8 @@ func loggedTexts(log []session.Event) map[string][]session.Position {
 
 // checkAccepted: (a) every accepted event appears exactly once in its
 // session's history and in its replay log, and its turn ended: the echo
-// reply follows it, or (a user message with no reply, the session being
-// quiet) its turn failed, and the log holds a turn_failed with a reason
+// reply of the same turn follows it, or (a user message with no reply: the
+// store recorded a failed turn) the log holds a turn_failed with a reason
 // for each such turn.
 func checkAccepted(r *report, d runData) {
 	users := map[string]map[string][]int{}
@@ -179,7 +186,7 @@ func checkAccepted(r *report, d runData) {
 		case len(at) > 1:
 			r.Duplicated++
 			r.violate(propAccepted, "%s: %s is %d times in the history", dl.Session, dl.Key, len(at))
-		case at[0]+1 >= len(h) || h[at[0]+1] != (proctest.Message{Role: "assistant", Content: dl.Text}):
+		case !replied(h, at[0]):
 			unanswered[dl.Session] = append(unanswered[dl.Session], fmt.Sprintf("%s at %d-%d", dl.Key, dl.Accepted.Epoch, dl.Accepted.Seq))
 		}
 		switch at := logged[dl.Session][dl.Text]; {

@@ -25,22 +25,27 @@ func fakeRun() runData {
 		log = append(log, session.Event{Session: "s", Epoch: epoch, Seq: seq, Type: typ, Data: b})
 	}
 	var deliveries []*delivery
-	var history []proctest.Message
+	var history []proctest.HistoryMessage
 	for _, key := range []string{"k1", "k2"} {
 		text := eventText(key)
 		add(1, session.TypeUserEvent, map[string]any{"type": "message", "data": map[string]string{"text": text}})
+		turn := log[len(log)-1]
 		deliveries = append(deliveries, &delivery{Session: "s", Key: key, Text: text,
 			Answers:  []answer{{Kind: answerAccepted, Node: "a", Status: http.StatusAccepted}},
-			Accepted: &proctest.Accepted{Session: "s", Epoch: 1, Seq: log[len(log)-1].Seq}})
+			Accepted: &proctest.Accepted{Session: "s", Epoch: turn.Epoch, Seq: turn.Seq}})
 		add(1, session.TypeTurnStarted, map[string]any{})
 		add(1, session.TypeDelta, map[string]string{"text": key + " "})
 		add(1, session.TypeMessage, proctest.Message{Role: "assistant", Content: text})
 		add(1, session.TypeTurnCompleted, map[string]any{})
-		history = append(history, proctest.Message{Role: "user", Content: text}, proctest.Message{Role: "assistant", Content: text})
+		for _, role := range []string{"user", "assistant"} {
+			m := proctest.HistoryMessage{N: int64(len(history) + 1), Message: proctest.Message{Role: role, Content: text}}
+			m.Turn.Epoch, m.Turn.Seq = turn.Epoch, turn.Seq
+			history = append(history, m)
+		}
 	}
 	d := runData{
 		Deliveries: deliveries,
-		Histories:  map[string][]proctest.Message{"s": history},
+		Histories:  map[string][]proctest.HistoryMessage{"s": history},
 		Logs:       map[string][]session.Event{"s": log},
 	}
 	d.Observers = []observed{{Node: "a", Session: "s", Record: asPushes(log), Seen: asPushes(log)}}
