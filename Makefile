@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 5s
 PKGS := ./...
 
-.PHONY: run build web test lint unit fuzz e2e services bench load cluster load-cluster clean
+.PHONY: run build web test lint unit fuzz e2e services bench chaos load cluster load-cluster clean
 
 run: web
 	$(GO) run ./cmd/gateway
@@ -49,6 +49,14 @@ e2e: build
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+# The accepted-event checker over RUNS random seeds (about 30-60 s each):
+# a 3-node cluster under a seeded fault schedule, every accepted event
+# checked (chaos.TestAcceptedEventChecker). Each run logs its seed, its
+# schedule and a replay command; the last lines tabulate every run.
+RUNS ?= 10
+chaos: services
+	CHAOS_CHECKER=1 CHAOS_RUNS=$(RUNS) $(GO) test -race -count=1 -timeout 0 -v -run '^TestAcceptedEventChecker$$' ./chaos/
 
 # Three cluster-mode nodes on :4001-:4003 against the local Postgres, Redis and
 # NATS; prints URLs and tokens; Ctrl-C stops them (scripts/cluster.sh).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -120,14 +121,19 @@ type Message struct {
 	Content string `json:"content"`
 }
 
-// SessionView is the GET /api/sessions/{id} body.
+// SessionView is the GET /api/sessions/{id} body: the newest page of
+// history (README "History").
 type SessionView struct {
-	Session string    `json:"session"`
-	Epoch   int64     `json:"epoch"`
-	Seq     int64     `json:"seq"`
-	History []Message `json:"history"`
-	Node    string    `json:"node"`
-	Owner   string    `json:"owner"`
+	Session    string    `json:"session"`
+	Epoch      int64     `json:"epoch"`
+	Seq        int64     `json:"seq"`
+	History    []Message `json:"history"`
+	Total      int64     `json:"total"`       // messages in the whole history
+	NextBefore int64     `json:"next_before"` // ?before= of the next older page; 0 at the first message
+	Pending    []Message `json:"pending"`     // accepted events whose turn has not completed, oldest first
+	Running    bool      `json:"running"`     // the first pending event's turn is running
+	Node       string    `json:"node"`
+	Owner      string    `json:"owner"`
 }
 
 // GetSession reads GET /api/sessions/{id} from the node at baseURL.
@@ -135,6 +141,54 @@ func (c *Client) GetSession(ctx context.Context, baseURL, id string) (SessionVie
 	var v SessionView
 	err := c.getJSON(ctx, baseURL+"/api/sessions/"+id, "Bearer "+c.APIKey, &v)
 	return v, err
+}
+
+// HistoryMessage is one stored history message:
+// {"n","turn":{"epoch","seq"},"role","content"}. N numbers it in the whole
+// history from 1; Turn is the position of the user_event whose turn wrote
+// it.
+type HistoryMessage struct {
+	N    int64 `json:"n"`
+	Turn struct {
+		Epoch int64 `json:"epoch"`
+		Seq   int64 `json:"seq"`
+	} `json:"turn"`
+	Message
+}
+
+// GetHistory reads session id's whole history from the node at baseURL,
+// oldest first, paging GET /api/sessions/{id}?before=&limit=1000 from the
+// newest page back. It fails when the pages do not add up to the total (the
+// history changed while it was read).
+func (c *Client) GetHistory(ctx context.Context, baseURL, id string) ([]HistoryMessage, error) {
+	var all []HistoryMessage
+	var total int64
+	for before := int64(0); ; {
+		url := baseURL + "/api/sessions/" + id + "?limit=1000"
+		if before > 0 {
+			url += "&before=" + strconv.FormatInt(before, 10)
+		}
+		var page struct {
+			History    []HistoryMessage `json:"history"`
+			Total      int64            `json:"total"`
+			NextBefore int64            `json:"next_before"`
+		}
+		if err := c.getJSON(ctx, url, "Bearer "+c.APIKey, &page); err != nil {
+			return nil, err
+		}
+		if before == 0 {
+			total = page.Total
+		}
+		all = append(page.History, all...)
+		if page.NextBefore == 0 {
+			break
+		}
+		before = page.NextBefore
+	}
+	if int64(len(all)) != total {
+		return nil, fmt.Errorf("proctest: history of %s: pages hold %d messages, total %d", id, len(all), total)
+	}
+	return all, nil
 }
 
 // NodeInfo is the GET /admin/node body.
