@@ -46,10 +46,10 @@ test("restart: a new process replays the log, keeps the history and continues wi
   assert.deepEqual(
     view.body.history,
     [
-      { role: "user", content: "kept across restarts" },
-      { role: "assistant", content: "kept across restarts" },
+      { n: 1, turn: { epoch: 1, seq: 1 }, role: "user", content: "kept across restarts" },
+      { n: 2, turn: { epoch: 1, seq: 1 }, role: "assistant", content: "kept across restarts" },
     ],
-    "history comes back from the checkpoint",
+    "history comes back from the session store, numbered, with the turn that wrote it",
   );
 
   const second = await runTurn(t, gw2, id, "after the restart");
