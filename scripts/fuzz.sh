@@ -20,6 +20,7 @@ cache=$(go env GOCACHE)/fuzz
 mapfile -t dirs < <(git ls-files '*_test.go' | xargs grep -lE '^func Fuzz[A-Za-z0-9_]*\(' | xargs -n1 dirname | sort -u)
 [ ${#dirs[@]} -gt 0 ] || { echo "fuzz: no fuzz targets found" >&2; exit 1; }
 
+targets=0
 for dir in "${dirs[@]}"; do
   pkg=$(go list -f '{{.ImportPath}}' "./$dir")
   test="$bin/$(echo "$dir" | tr / _).test"
@@ -27,7 +28,9 @@ for dir in "${dirs[@]}"; do
   go test -c -fuzz . -o "$test" "./$dir"
   for target in $(grep -hoE '^func Fuzz[A-Za-z0-9_]*\(' "$dir"/*_test.go | sed -E 's/^func (Fuzz[A-Za-z0-9_]*)\(/\1/'); do
     echo "fuzz: $dir $target ($fuzztime)"
+    targets=$((targets + 1))
     (cd "$dir" && "$test" -test.run '^$' -test.fuzz "^${target}\$" -test.fuzztime "$fuzztime" \
       -test.fuzzcachedir "$cache/$pkg" -test.timeout 10m)
   done
 done
+echo "fuzz: ${targets} targets in ${#dirs[@]} packages, ${SECONDS}s"
