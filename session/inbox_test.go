@@ -170,19 +170,7 @@ func TestRecoverRunsInboxAfterCrash(t *testing.T) {
 // seq is used; once the link is back the next input lands at the next seq.
 func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
 	ctx := context.Background()
-	dsn := testenv.PostgresURL(t)
-	addr, err := testenv.HostPort(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.Proxy(t, addr)
-	pool, err := pgxpool.New(ctx, proxy.URL(dsn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	st := memoryStores()
-	st.store = NewPostgresSessionStore(pool)
+	st, proxy, pool := proxiedSessionStore(t)
 	tr := trace.New()
 	cfg, rec, _ := testConfig(st, "a/1", tr)
 	cfg.StoreTimeout = time.Second
@@ -194,7 +182,7 @@ func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
 	seq := state(t, m, "s1").Seq
 	proxy.Cut()
 	pool.Reset() // no idle connection: the write cannot reach the server
-	_, err = m.Accept(ctx, "s1", textInput("during the cut", "k-cut"))
+	_, err := m.Accept(ctx, "s1", textInput("during the cut", "k-cut"))
 	if !errors.Is(err, ErrStoreUnavailable) || errors.Is(err, ErrOutcomeUnknown) {
 		t.Fatalf("accept while Postgres is cut = %v, want ErrStoreUnavailable", err)
 	}
@@ -323,20 +311,7 @@ func TestInboxWriteOutcomeUnknown(t *testing.T) {
 // stand-down: the write is retried, the turn completes once, and the
 // session keeps its epoch.
 func TestTurnEndSurvivesPostgresBlip(t *testing.T) {
-	ctx := context.Background()
-	dsn := testenv.PostgresURL(t)
-	addr, err := testenv.HostPort(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.Proxy(t, addr)
-	pool, err := pgxpool.New(ctx, proxy.URL(dsn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	st := memoryStores()
-	st.store = NewPostgresSessionStore(pool)
+	st, proxy, _ := proxiedSessionStore(t)
 	tr := trace.New()
 	cfg, rec, _ := testConfig(st, "a/1", tr)
 	cfg.StoreTimeout = time.Second
@@ -366,4 +341,25 @@ func TestTurnEndSurvivesPostgresBlip(t *testing.T) {
 	if acc := submit(t, m, "s1", "after"); acc.Epoch != first.Epoch {
 		t.Fatalf("accepted at %+v after the blip, want epoch %d kept", acc, first.Epoch)
 	}
+}
+
+// proxiedSessionStore returns memory stores whose session store is a
+// Postgres one reached through a cuttable TCP proxy (its own schema), and
+// the proxy and the store's pool.
+func proxiedSessionStore(t *testing.T) (*stores, *testenv.TCPProxy, *pgxpool.Pool) {
+	t.Helper()
+	dsn := testenv.PostgresURL(t)
+	addr, err := testenv.HostPort(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.Proxy(t, addr)
+	pool, err := pgxpool.New(context.Background(), proxy.URL(dsn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := memoryStores()
+	st.store = NewPostgresSessionStore(pool)
+	return st, proxy, pool
 }
