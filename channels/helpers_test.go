@@ -19,8 +19,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// testTimeout bounds every wait for an expected frame or trace event.
-const testTimeout = 5 * time.Second
+// testTimeout bounds every wait for an expected frame or trace event. It is
+// a hang guard, never a measure of speed: a passing test never waits it out,
+// and some steps move megabytes under the race detector on a busy machine.
+const testTimeout = 30 * time.Second
 
 // funcHandler is a Handler built from functions; nil functions accept the
 // join with {} and reply nothing. Terminations are recorded.

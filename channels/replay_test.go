@@ -14,14 +14,14 @@ import (
 // replayHandler joins with a replay of n pushes of about size bytes each,
 // subscribing first so live broadcasts during the join are held.
 func replayHandler(n, size int) *funcHandler {
+	pad := strings.Repeat("x", size)
+	then := make([]Push, n) // built once: every join replays the same pushes
+	for i := range then {
+		then[i] = Push{Event: "ev", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad))}
+	}
 	h := newFuncHandler()
 	h.join = func(_ context.Context, ch *Channel, _ json.RawMessage) (JoinResult, error) {
 		ch.Subscribe()
-		pad := strings.Repeat("x", size)
-		then := make([]Push, n)
-		for i := range then {
-			then[i] = Push{Event: "ev", Payload: json.RawMessage(fmt.Sprintf(`{"i":%d,"pad":%q}`, i, pad))}
-		}
 		return JoinResult{Then: then}, nil
 	}
 	return h
