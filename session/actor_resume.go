@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // journal is the turn journal of the inbox head a thaw found
@@ -67,6 +69,11 @@ func (a *actor) readTail(th Thawed) {
 	a.journal = j
 	a.m.tr.Emit("session.journal", "owner", a.m.cfg.Owner, "session", a.id, "input_epoch", head.Epoch,
 		"input_seq", head.Seq, "events", len(j.events), "ok", j.ok)
+	if !j.ok {
+		a.m.log.Info("unfinished turn's journal not in the replay log: the turn restarts",
+			zap.String("session", a.id), zap.Stringer("input", head.Pos()), zap.Int("read", len(evs)),
+			zap.Bool("complete", complete), zap.Error(err))
+	}
 }
 
 // turnJournal picks the journal of the turn of the input at head out of

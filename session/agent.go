@@ -78,3 +78,7 @@ func resumable(ag Agent) bool {
 	r, ok := ag.(Resumer)
 	return ok && r.Resumable()
 }
+
+// Resumable implements Resumer for the StorableOutput wrapper: it resumes
+// when the agent it wraps does.
+func (s storableAgent) Resumable() bool { return resumable(s.Agent) }

@@ -239,9 +239,7 @@ func TestDrainHandsOverTurnPastWindow(t *testing.T) {
 // session store).
 func TestUnresumableTurnRestartsThenGivesUp(t *testing.T) {
 	st := memoryStores()
-	st.log = NewMemoryReplayLog(10_000, 0, WithMemoryClock(time.Now)) // unused below: each owner gets its own log
 	tr := trace.New()
-	var acc Accepted
 	for i, owner := range []string{"a/1", "b/1", "c/1"} {
 		cfg, _, _ := testConfig(st, owner, tr)
 		cfg.MaxTurnAttempts = 3
@@ -250,7 +248,7 @@ func TestUnresumableTurnRestartsThenGivesUp(t *testing.T) {
 		cfg.Agent = ag
 		m := NewManager(cfg)
 		if i == 0 {
-			acc = submit(t, m, "s1", "poison")
+			submit(t, m, "s1", "poison")
 		} else if n, err := m.Recover(context.Background(), 10); err != nil || n != 1 {
 			t.Fatalf("%s recover = %d, %v", owner, n, err)
 		}
@@ -281,5 +279,15 @@ func TestUnresumableTurnRestartsThenGivesUp(t *testing.T) {
 	if s := d.Stats(); s.TurnsGivenUp != 1 || s.TurnsFailed != 1 {
 		t.Fatalf("d stats = %+v", s)
 	}
-	_ = acc
+}
+
+// The gateway wraps its agent in StorableOutput; the wrapper resumes
+// exactly when the agent it wraps does.
+func TestStorableOutputKeepsResumable(t *testing.T) {
+	if !resumable(StorableOutput(EchoAgent{})) {
+		t.Error("StorableOutput(EchoAgent) does not resume")
+	}
+	if resumable(StorableOutput(newBlockAgent())) {
+		t.Error("StorableOutput of an agent without Resumer resumes")
+	}
 }
