@@ -129,21 +129,22 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	// the owner over NATS request/reply on <cluster>.fwd.<node>.
 	var fwd *natsforward.Forwarder
 	scfg := session.Config{
-		Owner:          n.Owner(),
-		Agent:          agent,
-		Leases:         n.leases,
-		Store:          n.store,
-		IdempotencyTTL: cfg.IdempotencyTTL,
-		HistoryWindow:  cfg.HistoryWindow,
-		Log:            n.replay,
-		Publisher:      n.pubsub,
-		LeaseTTL:       cfg.LeaseTTL,
-		RenewEvery:     cfg.LeaseRenew,
-		RenewMargin:    cfg.renewMargin(),
-		IdleTimeout:    cfg.SessionIdle,
-		ForwardTimeout: cfg.ForwardTimeout,
-		Logger:         n.log,
-		Tracer:         n.tracer,
+		Owner:           n.Owner(),
+		Agent:           agent,
+		Leases:          n.leases,
+		Store:           n.store,
+		IdempotencyTTL:  cfg.IdempotencyTTL,
+		HistoryWindow:   cfg.HistoryWindow,
+		MaxTurnAttempts: cfg.MaxTurnAttempts,
+		Log:             n.replay,
+		Publisher:       n.pubsub,
+		LeaseTTL:        cfg.LeaseTTL,
+		RenewEvery:      cfg.LeaseRenew,
+		RenewMargin:     cfg.renewMargin(),
+		IdleTimeout:     cfg.SessionIdle,
+		ForwardTimeout:  cfg.ForwardTimeout,
+		Logger:          n.log,
+		Tracer:          n.tracer,
 	}
 	if n.nc != nil {
 		fwd = natsforward.New(n.nc, natsforward.Config{Prefix: cfg.Cluster, Node: n.name, Logger: n.log})
