@@ -291,3 +291,48 @@ func TestStorableOutputKeepsResumable(t *testing.T) {
 		t.Error("StorableOutput of an agent without Resumer resumes")
 	}
 }
+
+// A resumable agent whose turn's journal the replay log lost (here the new
+// owner's log is empty, as after Redis lost its data) restarts the turn as
+// attempt 2 with a new turn_started: the whole reply is streamed again at
+// the new epoch and stored once; the count came from the session store.
+func TestResumeRestartsWhenJournalLost(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfgA, _, _ := testConfig(st, "a/1", tr)
+	a := NewManager(cfgA)
+	defer a.Close()
+	at := trace.Kind("session.emit", "owner", "a/1", "type", TypeDelta, "seq", int64(4))
+	tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted))
+	acc := submit(t, a, "s1", strings.Join(resumeWords, " "))
+	waitFor(t, tr, at, 1)
+
+	st.advance(t, cfgA.LeaseTTL+time.Second)
+	cfgB, recB, _ := testConfig(st, "b/1", tr)
+	cfgB.Log = NewMemoryReplayLog(10_000, 0) // the journal is gone
+	b := startManager(t, cfgB)
+	if n, err := b.Recover(context.Background(), 10); err != nil || n != 1 {
+		t.Fatalf("recover = %d, %v", n, err)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+	evs := recB.all()
+	if evs[0].Type != TypeTurnStarted || evs[0].Prev == nil || *evs[0].Prev != (Position{Epoch: 1, Seq: 1}) {
+		t.Fatalf("b's first event = %s prev %v, want turn_started with prev at the stored 1-1", evs[0].Type, evs[0].Prev)
+	}
+	var d turnData
+	if err := json.Unmarshal(evs[0].Data, &d); err != nil || d.Turn != acc.Pos() || d.Attempt != 2 || d.From != nil {
+		t.Fatalf("turn_started data = %s, want turn %v attempt 2", evs[0].Data, acc.Pos())
+	}
+	if n := len(ofType(evs, TypeDelta)); n != len(resumeWords) {
+		t.Fatalf("b streamed %d deltas, want all %d again", n, len(resumeWords))
+	}
+	whole := strings.Join(resumeWords, " ")
+	if s := loadStored(t, st.store, "s1"); !reflect.DeepEqual(messages(s.History), []Message{{"user", whole}, {"assistant", whole}}) {
+		t.Fatalf("history = %v", s.History)
+	}
+	if s := b.Stats(); s.TurnsRestarted != 1 || s.TurnsResumed != 0 {
+		t.Fatalf("b stats = %+v, want 1 restart", s)
+	}
+	waitFor(t, tr, trace.Kind("session.fenced", "owner", "a/1"), 1)
+	assertNoParkFailures(t, tr)
+}
