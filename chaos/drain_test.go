@@ -179,6 +179,7 @@ func TestSIGTERMDrainHandsOverLongTurn(t *testing.T) {
 	if err := a.Terminate(); err != nil {
 		t.Fatal(err)
 	}
+	termed := time.Now()
 	ctx := timeout(t, 30*time.Second)
 	st, err := a.Wait(ctx)
 	if err != nil {
@@ -200,6 +201,8 @@ func TestSIGTERMDrainHandsOverLongTurn(t *testing.T) {
 		t.Fatalf("first post after the drain: %v, want 202 at epoch %d", r, acc.Epoch+1)
 	}
 	view := waitView(t, c, b, id, "the handed-over turn and the next", turnsDone(2))
+	t.Logf("SIGTERM to the handed-over turn completed on the next owner: %v (DRAIN_WINDOW %v, about 4 s of deltas)",
+		time.Since(termed).Round(time.Millisecond), c.Duration("DRAIN_WINDOW"))
 	if got := userCounts(view.History); got[long] != 1 || got["after"] != 1 {
 		t.Errorf("history %+v", view.History)
 	}
