@@ -9,6 +9,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/session"
 )
 
 // waitClosed reads s until the node closes it and returns the close code.
@@ -158,4 +159,65 @@ func waitReleased(t *testing.T, c *proctest.Cluster, id string) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// TestSIGTERMDrainHandsOverLongTurn: SIGTERM in the middle of a turn
+// longer than DRAIN_WINDOW. The drain lets it run for the window, then
+// hands it over instead of dropping it: the process exits 0, the lease is
+// released, the input is still in the inbox, and the next owner resumes
+// the turn (an observer there sees turn_resumed) and completes it, every
+// word once, the reply whole. Nothing is lost.
+func TestSIGTERMDrainHandsOverLongTurn(t *testing.T) {
+	c := newCluster(t, map[string]string{"ECHO_DELAY": "100ms", "DRAIN_WINDOW": "1s"})
+	a, b := c.Start("a", nil), c.Start("b", nil)
+	const id = "drain-long"
+	long := words("H", 40) // about 4 s of deltas, past the 1 s window
+	acc := mustAccept(t, c, a, id, proctest.Event{Text: long, Key: "k-long"})
+	obs := joinObserver(t, c, b, id)
+	waitLogged(t, c, id, "the long turn's second word", isDelta("H2"))
+
+	if err := a.Terminate(); err != nil {
+		t.Fatal(err)
+	}
+	termed := time.Now()
+	ctx := timeout(t, 30*time.Second)
+	st, err := a.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Success() {
+		t.Errorf("exit state %v", st)
+	}
+	row := readRow(t, c, id)
+	if row.Remaining > 0 {
+		t.Errorf("lease still live for %v after the drain", row.Remaining)
+	}
+	if logged := replayLog(t, c, id); hasType(logged, session.TypeTurnFailed) || hasType(logged, session.TypeTurnCompleted) {
+		t.Fatalf("the drained turn ended on the draining node: %v", logged)
+	}
+
+	r := post(t, c, b, id, proctest.Event{Text: "after", Key: "k-after"})
+	if r.Accepted == nil || r.Accepted.Epoch != acc.Epoch+1 {
+		t.Fatalf("first post after the drain: %v, want 202 at epoch %d", r, acc.Epoch+1)
+	}
+	view := waitView(t, c, b, id, "the handed-over turn and the next", turnsDone(2))
+	t.Logf("SIGTERM to the handed-over turn completed on the next owner: %v (DRAIN_WINDOW %v, about 4 s of deltas)",
+		time.Since(termed).Round(time.Millisecond), c.Duration("DRAIN_WINDOW"))
+	if got := userCounts(view.History); got[long] != 1 || got["after"] != 1 {
+		t.Errorf("history %+v", view.History)
+	}
+	assertReplyOnce(t, replayLog(t, c, id), view.History, "H", long)
+	if err := obs.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	assertSawResumed(t, obs.Events(), acc, acc.Epoch+1)
+}
+
+func hasType(evs []session.Event, typ string) bool {
+	for _, ev := range evs {
+		if ev.Type == typ {
+			return true
+		}
+	}
+	return false
 }

@@ -1,8 +1,11 @@
 package chaos
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -40,9 +43,11 @@ func isDelta(text string) func(session.Event) bool {
 // Events posted to the other nodes inside the takeover window each get a
 // retry directive; following it, each is accepted exactly once at epoch+1
 // (one lapse: a second would show as epoch+2); the new owner thawed the
-// inbox and ran the killed turn's input again from the start (its input was
-// durable before its 202), so it is in the history once. How long after the
-// kill the first event was served is logged as a figure.
+// inbox (the killed turn's input was durable before its 202) and resumed
+// the killed turn from its journal in the replay log: the observer saw
+// turn_resumed for it, its deltas across both epochs are every word
+// exactly once, and its reply in the history is the whole text. How long
+// after the kill the first event was served is logged as a figure.
 func TestKillOwnerMidTurn(t *testing.T) {
 	c := newCluster(t, map[string]string{"ECHO_DELAY": "100ms"})
 	a, b, cc := c.Start("a", nil), c.Start("b", nil), c.Start("c", nil)
@@ -122,6 +127,7 @@ func TestKillOwnerMidTurn(t *testing.T) {
 	if got := logged[long]; len(got) != 1 || got[0] != first.Epoch {
 		t.Errorf("the killed turn's user_event in the log at epochs %v, want once at %d", got, first.Epoch)
 	}
+	assertReplyOnce(t, replayLog(t, c, id), view.History, "L", long)
 
 	// The observer on c saw every window event once, at the new epoch, and
 	// nothing of the old epoch after the first event of the new one.
@@ -139,12 +145,73 @@ func TestKillOwnerMidTurn(t *testing.T) {
 	if err := obs.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}
+	assertSawResumed(t, obs.Events(), mid, first.Epoch+1)
 	checkSocketEpochs(t, obs.Events(), first.Epoch+1)
 	for txt, k := range userSocketCounts(obs.Events()) {
 		if k != 1 {
 			t.Errorf("observer saw user_event %q %d times", txt, k)
 		}
 	}
+}
+
+// assertReplyOnce checks a turn that ran on more than one owner: the
+// deltas of its words (prefix + number) in the replay log, across every
+// epoch, concatenate to text with each word once, and the history holds
+// text's reply whole, right after its input.
+func assertReplyOnce(t *testing.T, log []session.Event, history []proctest.Message, prefix, text string) {
+	t.Helper()
+	word := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `[0-9]+ $`)
+	var got strings.Builder
+	for _, ev := range log {
+		if ev.Type != session.TypeDelta {
+			continue
+		}
+		var d struct{ Text string }
+		if json.Unmarshal(ev.Data, &d) == nil && word.MatchString(d.Text) {
+			got.WriteString(d.Text)
+		}
+	}
+	if got.String() != text+" " {
+		var b strings.Builder
+		for _, ev := range log {
+			if ev.Type != session.TypeDelta {
+				fmt.Fprintf(&b, "\n  %d-%d %s %s prev %v", ev.Epoch, ev.Seq, ev.Type, ev.Data, ev.Prev)
+			}
+		}
+		t.Errorf("the turn's deltas across owners = %q, want every word once: %q\nlog but deltas:%s", got.String(), text+" ", b.String())
+	}
+	for i, m := range history {
+		if m.Role == "user" && m.Content == text {
+			if i+1 >= len(history) || history[i+1] != (proctest.Message{Role: "assistant", Content: text}) {
+				t.Errorf("the turn's reply is not the whole text: %+v", history[i+1:])
+			}
+			return
+		}
+	}
+	t.Errorf("the turn's input is not in the history: %+v", history)
+}
+
+// assertSawResumed checks that a socket saw turn_resumed at epoch for the
+// turn of the input accepted at in, attempt 2, continuing after an event
+// of an older epoch.
+func assertSawResumed(t *testing.T, evs []phxtest.SessionEvent, in proctest.Accepted, epoch int64) {
+	t.Helper()
+	for _, ev := range evs {
+		if ev.Type != session.TypeTurnResumed {
+			continue
+		}
+		var d struct {
+			Turn    session.Position
+			Attempt int
+			From    session.Position
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil || ev.Epoch != epoch || d.Turn != (session.Position{Epoch: in.Epoch, Seq: in.Seq}) ||
+			d.Attempt != 2 || d.From.Epoch >= epoch {
+			t.Errorf("turn_resumed at %d-%d: %s, want turn %d-%d attempt 2 from an older epoch", ev.Epoch, ev.Seq, ev.Data, in.Epoch, in.Seq)
+		}
+		return
+	}
+	t.Errorf("the socket never saw turn_resumed")
 }
 
 // checkSocketEpochs fails when a socket saw an event of an epoch below
@@ -185,7 +252,7 @@ func userSocketCounts(evs []phxtest.SessionEvent) map[string]int {
 // turn was running wait in its mailbox for their turn. When the owner is
 // killed mid-turn, those accepted events are not lost: the next owner
 // thaws them from the inbox and runs them, each once, after the killed
-// turn's own input, which runs again from the start.
+// turn, which it resumes from the next word.
 func TestKillOwnerKeepsQueuedEvents(t *testing.T) {
 	c := newCluster(t, map[string]string{"ECHO_DELAY": "100ms"})
 	a, b := c.Start("a", nil), c.Start("b", nil)
@@ -209,6 +276,7 @@ func TestKillOwnerKeepsQueuedEvents(t *testing.T) {
 	if counts[long] != 1 {
 		t.Errorf("the killed turn's input is %d times in the history, want once: %+v", counts[long], view.History)
 	}
+	assertReplyOnce(t, replayLog(t, c, id), view.History, "Q", long)
 	for i := range queued {
 		if txt := fmt.Sprintf("queued %d", i); counts[txt] != 1 {
 			t.Errorf("accepted event %q is %d times in the history after the owner died: %+v", txt, counts[txt], view.History)

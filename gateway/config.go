@@ -55,6 +55,8 @@ type Config struct {
 
 	IdempotencyTTL time.Duration `name:"idempotency-ttl" env:"IDEMPOTENCY_TTL" default:"24h" help:"How long an accepted idempotency key is remembered (on the database clock)."`
 	HistoryWindow  int           `name:"history-window" env:"HISTORY_WINDOW" default:"50" help:"Newest history messages a session's agent is given as context."`
+
+	MaxTurnAttempts int `name:"max-turn-attempts" env:"MAX_TURN_ATTEMPTS" default:"3" help:"Runs a turn gets (first run, resumes and restarts on later owners) before it ends as turn_failed."`
 }
 
 // DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".
@@ -67,7 +69,7 @@ func DefaultConfig() Config {
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
-		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50,
+		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
 	}
 }
 
@@ -98,6 +100,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: LEASE_RENEW (%v) must be shorter than LEASE_TTL (%v) minus the %v safety margin", c.LeaseRenew, c.LeaseTTL, c.renewMargin())
 	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0 || c.CensusInterval <= 0:
 		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW, FORWARD_TIMEOUT and CENSUS_INTERVAL must be positive")
+	case c.MaxTurnAttempts < 1:
+		return errors.New("gateway: MAX_TURN_ATTEMPTS must be at least 1")
 	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:
 		return errors.New("gateway: MAX_FRAME_BYTES must be at least 1024 and MAX_BODY_BYTES at least 256")
 	case c.SocketQueue < 1 || c.ReplayMaxLen < 1:

@@ -129,21 +129,22 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	// the owner over NATS request/reply on <cluster>.fwd.<node>.
 	var fwd *natsforward.Forwarder
 	scfg := session.Config{
-		Owner:          n.Owner(),
-		Agent:          agent,
-		Leases:         n.leases,
-		Store:          n.store,
-		IdempotencyTTL: cfg.IdempotencyTTL,
-		HistoryWindow:  cfg.HistoryWindow,
-		Log:            n.replay,
-		Publisher:      n.pubsub,
-		LeaseTTL:       cfg.LeaseTTL,
-		RenewEvery:     cfg.LeaseRenew,
-		RenewMargin:    cfg.renewMargin(),
-		IdleTimeout:    cfg.SessionIdle,
-		ForwardTimeout: cfg.ForwardTimeout,
-		Logger:         n.log,
-		Tracer:         n.tracer,
+		Owner:           n.Owner(),
+		Agent:           agent,
+		Leases:          n.leases,
+		Store:           n.store,
+		IdempotencyTTL:  cfg.IdempotencyTTL,
+		HistoryWindow:   cfg.HistoryWindow,
+		MaxTurnAttempts: cfg.MaxTurnAttempts,
+		Log:             n.replay,
+		Publisher:       n.pubsub,
+		LeaseTTL:        cfg.LeaseTTL,
+		RenewEvery:      cfg.LeaseRenew,
+		RenewMargin:     cfg.renewMargin(),
+		IdleTimeout:     cfg.SessionIdle,
+		ForwardTimeout:  cfg.ForwardTimeout,
+		Logger:          n.log,
+		Tracer:          n.tracer,
 	}
 	if n.nc != nil {
 		fwd = natsforward.New(n.nc, natsforward.Config{Prefix: cfg.Cluster, Node: n.name, Logger: n.log})
@@ -267,12 +268,23 @@ func (n *Node) recoverLoop(ctx context.Context, every time.Duration) {
 // now, so the next claim elsewhere is immediate), then every socket is closed
 // with 1012 so clients reconnect elsewhere. It returns when done or when ctx
 // ends (docs/OWNERSHIP.md "Drain").
+//
+// Running turns get turnShare of the time ctx leaves; a turn still running
+// then is handed over (its input stays in the inbox, the next owner resumes
+// it), so the rest of the window is left for the lease hand-back, the
+// sockets' close and Muster's settle (a fifth of DRAIN_WINDOW).
 func (n *Node) Drain(ctx context.Context) error {
 	if !n.draining.CompareAndSwap(false, true) {
 		return nil
 	}
 	n.log.Info("draining")
-	err := n.manager.Drain(ctx)
+	turns := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		turns, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(dl)*turnShare/5))
+		defer cancel()
+	}
+	err := n.manager.Drain(turns)
 	if serr := n.endpoint.Shutdown(ctx); err == nil {
 		err = serr
 	}
@@ -284,6 +296,9 @@ func (n *Node) Drain(ctx context.Context) error {
 	}
 	return err
 }
+
+// turnShare is the fifths of a drain's time running turns may use.
+const turnShare = 3
 
 // Draining reports whether Drain has started.
 func (n *Node) Draining() bool { return n.draining.Load() }

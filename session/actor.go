@@ -51,6 +51,11 @@ type actor struct {
 	turn     *turnRun
 	draining bool
 	idle     Timer
+	// prev is the previous epoch's last position, carried by this epoch's
+	// first event (Event.Prev) and then cleared; journal is the inbox
+	// head's turn journal found at thaw, used by its first run here.
+	prev    *Position
+	journal *journal
 
 	mu   sync.Mutex // guards view
 	view actorView
@@ -167,8 +172,12 @@ func (a *actor) run() {
 			drainStart = nil
 			a.draining = true
 		case <-cancelC:
+			// Past the drain window the turn is handed over, not ended:
+			// its input stays in the inbox and its events in the replay
+			// log, and the next owner resumes it.
 			a.m.tr.Emit("session.turn.cancel", "owner", a.m.cfg.Owner, "session", a.id, "reason", "drain")
-			a.turn.cancel()
+			a.m.stats.handOvers.Add(1)
+			a.retire(errDrained)
 		}
 	}
 	a.exit()
@@ -238,7 +247,8 @@ func (a *actor) currentView() actorView {
 // thaw fences the session at this actor's epoch and loads what the store
 // holds: from here on the fence refuses every write of an older owner. The
 // inbox's inputs are run in order; one whose turn was running when its
-// owner died starts again from the beginning.
+// owner stopped is resumed from its journal, or restarted
+// (docs/OWNERSHIP.md "Turn journal and resume"; readTail).
 func (a *actor) thaw() error {
 	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
 	th, err := a.m.cfg.Store.Thaw(ctx, a.id, a.epoch, ThawQuery{
@@ -261,8 +271,9 @@ func (a *actor) thaw() error {
 	}
 	a.keys = newKeySet(a.m.cfg.MaxIdempotencyKeys, a.m.cfg.IdempotencyTTL, a.m.clock.Now(), th.Keys)
 	for _, e := range th.Inbox {
-		a.pending = append(a.pending, pendingInput{Input: e.Input, Epoch: e.Epoch, Seq: e.Seq})
+		a.pending = append(a.pending, pendingInput{Input: e.Input, Epoch: e.Epoch, Seq: e.Seq, Attempts: e.Attempts})
 	}
+	a.readTail(th)
 	a.m.stats.thaws.Add(1)
 	a.m.tr.Emit("session.thaw", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch,
 		"seq", a.seq, "from_epoch", th.FromEpoch, "history", len(a.history), "pending", len(a.pending))

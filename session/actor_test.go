@@ -56,7 +56,7 @@ func TestSubmitRunsTurnsInSeqOrder(t *testing.T) {
 
 	wantData := map[int]string{
 		0: `{"type":"message","data":{"text":"hello world"}}`,
-		1: `{}`,
+		1: `{"turn":{"epoch":1,"seq":1},"attempt":1}`,
 		2: `{"text":"hello "}`,
 		3: `{"text":"world "}`,
 		4: `{"role":"assistant","content":"hello world"}`,

@@ -160,7 +160,7 @@ func (a *actor) emit(typ string, data json.RawMessage) (Event, error) {
 	if a.ctx.Err() != nil {
 		return Event{}, a.cause()
 	}
-	ev := Event{Session: a.id, Epoch: a.epoch, Seq: a.seq + 1, Type: typ, Data: data, At: time.Now().UTC()}
+	ev := Event{Session: a.id, Epoch: a.epoch, Seq: a.seq + 1, Type: typ, Data: data, At: time.Now().UTC(), Prev: a.prev}
 	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
 	err := a.m.cfg.Log.Append(ctx, ev)
 	cancel()
@@ -174,7 +174,7 @@ func (a *actor) emit(typ string, data json.RawMessage) (Event, error) {
 		a.m.stats.logAppendErrors.Add(1)
 		a.m.log.Warn("session replay log append failed", zap.String("session", a.id), zap.Stringer("pos", ev.Pos()), zap.Error(err))
 	}
-	a.seq = ev.Seq
+	a.seq, a.prev = ev.Seq, nil
 	if a.ctx.Err() != nil {
 		return Event{}, a.cause()
 	}
@@ -193,21 +193,56 @@ func (a *actor) emit(typ string, data json.RawMessage) (Event, error) {
 // startTurn takes the oldest pending input and runs its turn in a new
 // goroutine. The agent sees the history window before it; the input stays
 // in the store's inbox until its turn's end is written.
+//
+// The run is the input's attempt Attempts+1, recorded first
+// (startAttempt), so an owner that dies mid-turn leaves a count behind.
+// Past MaxTurnAttempts the turn ends at once as turn_failed. A turn an
+// earlier owner left unfinished is resumed when resumeFor can (the event is
+// turn_resumed, and the agent gets Turn.Resume), else restarted (a new
+// turn_started with the attempt number); docs/OWNERSHIP.md "Turn journal
+// and resume".
 func (a *actor) startTurn() {
 	p := a.pending[0]
 	a.pending = a.pending[1:]
 	if len(a.pending) == 0 {
 		a.pending = nil
 	}
-	before := append([]Message(nil), a.history...)
-	if _, err := a.emit(TypeTurnStarted, emptyObject); err != nil {
+	attempt := p.Attempts + 1
+	ctx, cancel := context.WithCancel(a.ctx)
+	if attempt > a.m.cfg.MaxTurnAttempts {
+		a.journal = nil
+		a.m.stats.turnsGivenUp.Add(1)
+		a.m.tr.Emit("session.turn.giveup", "owner", a.m.cfg.Owner, "session", a.id, "input_epoch", p.Epoch,
+			"input_seq", p.Seq, "attempts", p.Attempts)
+		a.turn = &turnRun{ctx: ctx, cancel: cancel, input: p}
+		a.finishTurn(turnResult{err: fmt.Errorf("session: turn at %v gave up after %d attempts", p.pos(), p.Attempts)})
 		return
 	}
-	ctx, cancel := context.WithCancel(a.ctx)
+	resume := a.resumeFor(p, attempt)
+	if err := a.startAttempt(p, attempt); err != nil {
+		cancel()
+		return
+	}
+	before := append([]Message(nil), a.history...)
+	typ, d := TypeTurnStarted, turnData{Turn: p.pos(), Attempt: attempt}
+	if resume != nil {
+		typ, d.From = TypeTurnResumed, &resume.From
+	}
+	data, _ := json.Marshal(d)
+	if _, err := a.emit(typ, data); err != nil {
+		cancel()
+		return
+	}
+	switch {
+	case resume != nil:
+		a.m.stats.turnsResumed.Add(1)
+	case attempt > 1:
+		a.m.stats.turnsRestarted.Add(1)
+	}
 	a.turn = &turnRun{ctx: ctx, cancel: cancel, input: p}
 	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
-		"input_epoch", p.Epoch, "input_seq", p.Seq)
-	turn := Turn{Session: a.id, Input: p.Input, History: before}
+		"input_epoch", p.Epoch, "input_seq", p.Seq, "attempt", attempt, "resumed", resume != nil)
+	turn := Turn{Session: a.id, Input: p.Input, History: before, Resume: resume}
 	a.m.wg.Add(1)
 	go func() {
 		defer a.m.wg.Done()
@@ -228,7 +263,7 @@ func runAgent(ctx context.Context, ag Agent, turn Turn, emit Emit) (msg Message,
 
 // reservedTypes are the lifecycle events only the actor emits.
 var reservedTypes = map[string]bool{
-	TypeUserEvent: true, TypeTurnStarted: true, TypeMessage: true, TypeTurnCompleted: true, TypeTurnFailed: true,
+	TypeUserEvent: true, TypeTurnStarted: true, TypeTurnResumed: true, TypeMessage: true, TypeTurnCompleted: true, TypeTurnFailed: true,
 }
 
 // emitFunc is the Emit handed to the agent of the turn running under tctx:

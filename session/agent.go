@@ -16,6 +16,31 @@ type Turn struct {
 	Session string
 	Input   Input
 	History []Message // the conversation before this turn, read-only
+	// Resume is set when this run continues a turn an earlier owner left
+	// unfinished (killed, lease lost, drained past its window), and only
+	// for an Agent whose Resumable reports true: the agent emits the rest
+	// of its output after Resume.Text and returns the WHOLE reply (the
+	// partial text included) as its message. Nil for a turn's first run
+	// and for a restarted one (docs/OWNERSHIP.md "Turn journal and resume").
+	Resume *TurnResume
+}
+
+// TurnResume is what a resumed turn starts from: its journal, read from
+// the replay log by the new owner.
+type TurnResume struct {
+	// Attempt is this run's attempt number (2, 3, …; the turn's first run
+	// is attempt 1).
+	Attempt int
+	// From is the position of the last journaled event the run continues
+	// after.
+	From Position
+	// Text is the partial output so far: the data.text of the turn's delta
+	// events, concatenated in order.
+	Text string
+	// Events is the whole journal, oldest first: the turn's turn_started,
+	// any turn_resumed, and every event the agent emitted (deltas and its
+	// own types), at whatever epochs they were emitted. Read-only.
+	Events []Event
 }
 
 // Input is an event posted into a session, over HTTP or a channel push.
@@ -38,3 +63,22 @@ type Emit func(ctx context.Context, typ string, data any) error
 type Agent interface {
 	Run(ctx context.Context, turn Turn, emit Emit) (Message, error)
 }
+
+// Resumer is implemented by an Agent that can continue a turn from its
+// journal (Turn.Resume). An Agent that does not implement it, or whose
+// Resumable reports false, has an unfinished turn restarted from the
+// beginning on the next owner, with a new turn_started and the attempt
+// number incremented.
+type Resumer interface {
+	Resumable() bool
+}
+
+// resumable reports whether ag continues unfinished turns.
+func resumable(ag Agent) bool {
+	r, ok := ag.(Resumer)
+	return ok && r.Resumable()
+}
+
+// Resumable implements Resumer for the StorableOutput wrapper: it resumes
+// when the agent it wraps does.
+func (s storableAgent) Resumable() bool { return resumable(s.Agent) }

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 )
@@ -10,11 +11,23 @@ import (
 // (data.text, else the raw data) back word by word as delta events with data
 // {"text":"word "}, waiting Delay between words, and returns the whole text
 // as the final assistant message. It stops with ctx's error when ctx ends.
+//
+// It resumes (Resumer): given Turn.Resume, it skips the words the partial
+// text already holds and streams from the next one, so across owners every
+// word is emitted exactly once; the final message is still the whole text.
+// A partial text that is not a prefix of the input's words (another agent's
+// journal) restarts the words from the first.
 type EchoAgent struct {
 	Delay time.Duration
 }
 
-var _ Agent = EchoAgent{}
+var (
+	_ Agent   = EchoAgent{}
+	_ Resumer = EchoAgent{}
+)
+
+// Resumable implements Resumer: the echo agent continues from the next word.
+func (EchoAgent) Resumable() bool { return true }
 
 type deltaData struct {
 	Text string `json:"text"`
@@ -23,7 +36,14 @@ type deltaData struct {
 // Run implements Agent.
 func (e EchoAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
 	text := inputText(turn.Input)
-	for i, w := range strings.Fields(text) {
+	words := strings.Fields(text)
+	if turn.Resume != nil {
+		done := strings.Fields(turn.Resume.Text)
+		if len(done) <= len(words) && slices.Equal(done, words[:len(done)]) {
+			words = words[len(done):]
+		}
+	}
+	for i, w := range words {
 		if i > 0 && e.Delay > 0 {
 			t := time.NewTimer(e.Delay)
 			select {

@@ -23,6 +23,7 @@ import (
 const (
 	TypeUserEvent     = "user_event"
 	TypeTurnStarted   = "turn_started"
+	TypeTurnResumed   = "turn_resumed"
 	TypeDelta         = "delta"
 	TypeMessage       = "message"
 	TypeTurnCompleted = "turn_completed"
@@ -55,6 +56,10 @@ func (p Position) String() string { return fmt.Sprintf("%d-%d", p.Epoch, p.Seq) 
 // the replay log. Wire shape (docs/OWNERSHIP.md "Wire contracts"):
 //
 //	{"session":id, "epoch":E, "seq":S, "type":…, "data":{…}, "at":RFC3339}
+//
+// The first event an epoch publishes for a session that an earlier epoch
+// wrote also carries "prev":{"epoch":E0,"seq":S0}: where the previous epoch
+// ended (docs/OWNERSHIP.md "Turn journal and resume").
 type Event struct {
 	Session string          `json:"session"`
 	Epoch   int64           `json:"epoch"`
@@ -62,6 +67,13 @@ type Event struct {
 	Type    string          `json:"type"`
 	Data    json.RawMessage `json:"data"`
 	At      time.Time       `json:"at"`
+	// Prev, set only on the first event of an epoch that took the session
+	// over, is the position of the previous epoch's last event as the new
+	// owner found it: the replay log's last event when the log reached back
+	// to the stored seq, else the stored (epoch, seq). A reader whose last
+	// event is before Prev missed the previous epoch's tail (Replay
+	// reports it as replay_truncated).
+	Prev *Position `json:"prev,omitempty"`
 }
 
 // Pos returns the event's position.

@@ -27,9 +27,10 @@ func InputHash(in Input) [32]byte {
 
 // pendingInput is an accepted input waiting for its turn (an inbox entry).
 type pendingInput struct {
-	Input Input
-	Epoch int64
-	Seq   int64
+	Input    Input
+	Epoch    int64
+	Seq      int64
+	Attempts int // attempts of its turn started so far (InboxEntry.Attempts)
 }
 
 func (p pendingInput) pos() Position { return Position{Epoch: p.Epoch, Seq: p.Seq} }

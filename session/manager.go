@@ -68,6 +68,16 @@ type Config struct {
 	// from 50 ms doubling up to 1 s, for as long as the lease's local
 	// deadline allows. Default 8 (about 3.5 s of waiting).
 	StoreAttempts int
+	// MaxTurnAttempts is how many runs a turn gets before it ends as
+	// turn_failed and its input leaves the inbox. A run is counted
+	// (SessionStore.StartTurn) each time an owner starts or resumes the
+	// turn, so a turn whose owner dies (or drains past its window) gets
+	// MaxTurnAttempts-1 more runs elsewhere. An input that kills every
+	// owner that runs it (out of memory, a crashing agent) is given up
+	// after that many nodes, not all of them. Default 3: one kill and one
+	// drain hand-over in a rolling deploy still leave a run. An error the
+	// agent returns ends the turn at once (turn_failed) whatever the count.
+	MaxTurnAttempts int
 	// StoreTimeout bounds every session store call, log append, publish
 	// and lease release the actor makes. Default 5 s.
 	StoreTimeout time.Duration
@@ -98,6 +108,7 @@ func DefaultConfig() Config {
 		IdempotencyTTL:     24 * time.Hour,
 		HistoryWindow:      50,
 		StoreAttempts:      8,
+		MaxTurnAttempts:    3,
 		StoreTimeout:       5 * time.Second,
 		ForwardTimeout:     5 * time.Second,
 		ReadTimeout:        time.Second,
@@ -183,6 +194,9 @@ func withDefaults(cfg Config) Config {
 	setDur(&cfg.IdempotencyTTL, def.IdempotencyTTL)
 	if cfg.HistoryWindow <= 0 {
 		cfg.HistoryWindow = def.HistoryWindow
+	}
+	if cfg.MaxTurnAttempts <= 0 {
+		cfg.MaxTurnAttempts = def.MaxTurnAttempts
 	}
 	if cfg.StoreAttempts <= 0 {
 		cfg.StoreAttempts = def.StoreAttempts
@@ -400,10 +414,13 @@ func (m *Manager) remove(a *actor) {
 }
 
 // Drain hands this node's sessions back: new input is refused with
-// ErrDraining, running turns finish (at ctx's end they are cancelled and end
-// as turn_failed), each actor releases its lease (expiry now, so the next
-// claim elsewhere succeeds at once), then stops. Inputs accepted but not
-// yet run stay in the store's inbox for the next owner.
+// ErrDraining, running turns finish, each actor releases its lease (expiry
+// now, so the next claim elsewhere succeeds at once), then stops. A turn
+// still running when ctx ends is handed over, never dropped: it is halted
+// with its input left in the store's inbox and its events in the replay
+// log, the lease is released, and the next owner resumes it
+// (docs/OWNERSHIP.md "Turn journal and resume"). Inputs accepted but not
+// yet run stay in the inbox too.
 // Drain returns when every actor has stopped; the error joins release
 // failures and, if ctx ended first, ctx's error.
 func (m *Manager) Drain(ctx context.Context) error {
@@ -430,7 +447,7 @@ func (m *Manager) Drain(ctx context.Context) error {
 		case <-ctx.Done():
 			m.cancelOnce.Do(func() {
 				close(m.drainCancel)
-				errs = append(errs, fmt.Errorf("session: drain: running turns cancelled: %w", ctx.Err()))
+				errs = append(errs, fmt.Errorf("session: drain: running turns handed over unfinished: %w", ctx.Err()))
 			})
 			<-a.done
 		}

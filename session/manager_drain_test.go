@@ -71,44 +71,6 @@ func TestDrainReleasesLeases(t *testing.T) {
 	})
 }
 
-// When Drain's ctx ends first, running turns are cancelled (ending as
-// turn_failed, checkpointed) and the leases are still handed back.
-func TestDrainCancelsTurnsAtDeadline(t *testing.T) {
-	st := memoryStores()
-	tr := trace.New()
-	cfg, rec, _ := testConfig(st, "a/1", tr)
-	ag := newBlockAgent()
-	cfg.Agent = ag
-	m := startManager(t, cfg)
-	ctx := context.Background()
-
-	submit(t, m, "s1", "stuck")
-	<-ag.started
-	dctx, cancel := context.WithCancel(ctx)
-	drained := make(chan error, 1)
-	go func() { drained <- m.Drain(dctx) }()
-	waitFor(t, tr, trace.Kind("session.drain"), 1)
-	cancel()
-	if err := <-drained; !errors.Is(err, context.Canceled) {
-		t.Fatalf("drain = %v, want it to report the cancelled turns", err)
-	}
-	if n := tr.Count(trace.Kind("session.turn.cancel", "reason", "drain")); n != 1 {
-		t.Fatalf("turn cancelled %d times, want once", n)
-	}
-	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeTurnFailed}) {
-		t.Fatalf("published %v", got)
-	}
-	if s := loadStored(t, st.store, "s1"); !reflect.DeepEqual(messages(s.History), []Message{{"user", "stuck"}}) || len(s.Inbox) != 0 {
-		t.Fatalf("stored %+v, want the failed turn's user message and an empty inbox", s)
-	}
-	if l, _, _ := st.leases.Get(ctx, "s1"); l.Remaining > 0 {
-		t.Fatalf("lease still live after drain: %+v", l)
-	}
-	if err := m.Drain(ctx); err != nil {
-		t.Fatalf("second drain: %v", err)
-	}
-}
-
 func TestCloseStopsWithoutHandBack(t *testing.T) {
 	st := memoryStores()
 	tr := trace.New()

@@ -149,6 +149,10 @@ type Stats struct {
 	Forwards        uint64 // forward hops Submit made to other nodes
 	InboxErrors     uint64 // inbox writes that failed (the input was refused)
 	StoreRetries    uint64 // end-of-turn store writes retried after a transient failure
+	TurnsResumed    uint64 // unfinished turns continued from their journal (turn_resumed)
+	TurnsRestarted  uint64 // unfinished turns run again from the beginning (attempt > 1)
+	TurnsGivenUp    uint64 // turns ended turn_failed after MaxTurnAttempts attempts
+	HandOvers       uint64 // turns a drain stopped past its window, left in the inbox for the next owner
 }
 
 // Stats returns the Manager's counters.
@@ -168,12 +172,17 @@ func (m *Manager) Stats() Stats {
 		Forwards:        c.forwards.Load(),
 		InboxErrors:     c.inboxErrors.Load(),
 		StoreRetries:    c.storeRetries.Load(),
+		TurnsResumed:    c.turnsResumed.Load(),
+		TurnsRestarted:  c.turnsRestarted.Load(),
+		TurnsGivenUp:    c.turnsGivenUp.Load(),
+		HandOvers:       c.handOvers.Load(),
 	}
 }
 
 type counters struct {
 	accepted, duplicates, turnsCompleted, turnsFailed, thaws, hibernations,
-	standDowns, fenced, logAppendErrors, publishErrors, forwards, inboxErrors, storeRetries atomic.Uint64
+	standDowns, fenced, logAppendErrors, publishErrors, forwards, inboxErrors, storeRetries,
+	turnsResumed, turnsRestarted, turnsGivenUp, handOvers atomic.Uint64
 }
 
 // LiveLease reads session id's lease without claiming it (one Get on the

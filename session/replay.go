@@ -45,9 +45,12 @@ func (r ReplayResult) Duplicate(pos Position) bool { return !r.Skip.Less(pos) }
 // Replay reads session id's log after cursor (up to limit events; limit
 // <= 0 means the log's own bound) and applies the replay seam's rules:
 //
-//   - a log that does not reach back to the cursor, or a forward jump in
-//     seq (every event gets the next seq, so a jump means events the log
-//     does not hold), gives Recovered false with ReplayTruncated;
+//   - a log that does not reach back to the cursor, or events missing
+//     between two it holds, gives Recovered false with ReplayTruncated.
+//     Missing means a forward jump in seq inside one epoch (every event gets
+//     the next seq), or an epoch's first event whose Prev (where the previous
+//     epoch ended) is after the event before it: the previous epoch's tail
+//     is not there. Across an epoch without Prev, a seq jump counts;
 //   - a cursor ahead of the log (the log neither reaches back to it nor
 //     holds anything after it: a restarted embedded node, a wiped store)
 //     is treated as the top: Skip is zero, so every live event reaches the
@@ -68,7 +71,7 @@ func Replay(ctx context.Context, log ReplayLog, id string, cursor Position, limi
 		res.Recovered, res.Reason = false, ReplayTruncated
 	}
 	for _, ev := range events {
-		if ev.Seq > res.Top.Seq+1 {
+		if missed(res.Top, ev) {
 			res.Recovered, res.Reason = false, ReplayTruncated
 		}
 		res.Top = ev.Pos()

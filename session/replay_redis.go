@@ -39,7 +39,8 @@ func DefaultRedisReplayConfig() RedisReplayConfig {
 // so entry ids only grow across takeovers and Redis itself refuses an append
 // at or below the top, which Append reports as ErrFenced (docs/OWNERSHIP.md
 // "Storage"). Entry fields: "t" type, "d" data (JSON), "a" time
-// (RFC 3339, nanoseconds).
+// (RFC 3339, nanoseconds), and "p" the Prev position ("E-S") on the first
+// event of an epoch that took the session over.
 //
 // Completeness follows MemoryReplayLog's rule exactly. The floor is kept in
 // the stream's own max-deleted-entry-id (XINFO STREAM): each append that
@@ -120,9 +121,12 @@ func (l *RedisReplayLog) Append(ctx context.Context, ev Event) error {
 	if l.cfg.TTL > 0 {
 		ttlMS = max(l.cfg.TTL.Milliseconds(), 1)
 	}
-	err := appendScript.Run(ctx, l.client, []string{l.Key(ev.Session)},
-		ev.Pos().String(), l.cfg.MaxLen, ttlMS, freshFloor(ev.Pos()).String(),
-		"t", ev.Type, "d", []byte(ev.Data), "a", ev.At.Format(time.RFC3339Nano)).Err()
+	args := []any{ev.Pos().String(), l.cfg.MaxLen, ttlMS, freshFloor(ev.Pos()).String(),
+		"t", ev.Type, "d", []byte(ev.Data), "a", ev.At.Format(time.RFC3339Nano)}
+	if ev.Prev != nil {
+		args = append(args, "p", ev.Prev.String())
+	}
+	err := appendScript.Run(ctx, l.client, []string{l.Key(ev.Session)}, args...).Err()
 	if err != nil {
 		if strings.Contains(err.Error(), "equal or smaller than the target stream top item") {
 			return fmt.Errorf("session: append %q at %v: %w", ev.Session, ev.Pos(), ErrFenced)
@@ -204,6 +208,12 @@ func parseEntry(session string, raw any) (Event, error) {
 			if ev.At, err = time.Parse(time.RFC3339Nano, v); err != nil {
 				return Event{}, fmt.Errorf("entry %s: time: %w", id, err)
 			}
+		case "p":
+			prev, err := parseStreamID(v)
+			if err != nil {
+				return Event{}, fmt.Errorf("entry %s: prev: %w", id, err)
+			}
+			ev.Prev = &prev
 		}
 	}
 	return ev, nil

@@ -41,6 +41,46 @@ func seqsOf(evs []session.Event) []int64 {
 	return out
 }
 
+// An epoch's first event carries Prev, where the previous epoch ended: a
+// log that holds the previous epoch up to Prev recovers across the seam
+// even when the new epoch's seq steps back or jumps; one that misses the
+// previous epoch's tail (the events up to Prev) is replay_truncated.
+func TestReplayPrevMarksMissedTail(t *testing.T) {
+	p := func(e, s int64) session.Position { return session.Position{Epoch: e, Seq: s} }
+	for name, log := range replayLogs(t, 100) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			withPrev := func(id string, at, prev session.Position) {
+				ev := redisEvent(id, at.Epoch, at.Seq)
+				ev.Prev = &prev
+				if err := log.Append(ctx, ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			appendSeqs(t, log, "back", 1, 1, 2, 3, 4, 5)
+			withPrev("back", p(2, 4), p(1, 5)) // the new epoch continues from the stored seq 3
+			appendSeqs(t, log, "jump", 1, 1, 2, 3)
+			withPrev("jump", p(2, 6), p(1, 3))     // seqs 4, 5 were reserved, never emitted
+			appendSeqs(t, log, "tail", 1, 1, 2, 3) // 1-4 and 1-5 were lost
+			withPrev("tail", p(2, 4), p(1, 5))
+			for _, c := range []struct {
+				id   string
+				from session.Position
+				ok   bool
+			}{
+				{"back", p(0, 0), true}, {"back", p(1, 2), true}, {"back", p(1, 5), true},
+				{"jump", p(0, 0), true}, {"jump", p(1, 3), true},
+				{"tail", p(0, 0), false}, {"tail", p(1, 2), false},
+			} {
+				rr, err := session.Replay(ctx, log, c.id, c.from, 0)
+				if err != nil || rr.Recovered != c.ok {
+					t.Errorf("%s from %v: recovered %v (%s), %v; want %v", c.id, c.from, rr.Recovered, rr.Reason, err, c.ok)
+				}
+			}
+		})
+	}
+}
+
 // TestReplaySeam: the replay seam's rules on both replay logs. A cursor
 // inside the log replays what follows and skips live copies up to the last
 // replayed event; a trimmed log or a seq jump is replay_truncated with the

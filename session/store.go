@@ -105,6 +105,15 @@ type SessionStore interface {
 	// written already) the history is left as it is, so a repeated write is
 	// harmless. An error wrapping ErrOutcomeUnknown may have landed.
 	CompleteTurn(ctx context.Context, key string, epoch int64, t TurnRecord) error
+	// StartTurn fences key at epoch and records that attempt (1, 2, …) of
+	// the turn of the inbox entry at input has started: the entry's
+	// Attempts is raised to attempt (never lowered, so a repeated write is
+	// harmless). Without the entry (its turn's end was written) nothing but
+	// the fence changes. It is written before the attempt's first event, so
+	// a new owner counts the attempts of a turn even when the replay log
+	// lost them (docs/OWNERSHIP.md "Turn journal and resume"). An error
+	// wrapping ErrOutcomeUnknown may have landed.
+	StartTurn(ctx context.Context, key string, epoch int64, input Position, attempt int) error
 	// Read returns key's stored state without writing: epoch, seq, inbox and
 	// one page of history (q). ok is false when the session has no row.
 	Read(ctx context.Context, key string, q HistoryQuery) (st StoredSession, ok bool, err error)
@@ -130,13 +139,15 @@ type Thawed struct {
 }
 
 // InboxEntry is one accepted input: its user_event's position, its
-// idempotency key ("" for none) and the SHA-256 of its canonical body
-// (InputHash).
+// idempotency key ("" for none), the SHA-256 of its canonical body
+// (InputHash) and how many attempts of its turn have started (StartTurn;
+// 0: the turn never started). Accept ignores Attempts.
 type InboxEntry struct {
 	Epoch    int64
 	Seq      int64
 	Input    Input
 	BodyHash [32]byte
+	Attempts int
 }
 
 // Pos returns the position of the entry's user_event.

@@ -103,7 +103,9 @@ func (s *MemorySessionStore) Accept(ctx context.Context, key string, epoch int64
 		return err
 	}
 	in.Input.Data = slices.Clone(in.Input.Data)
+	in.Attempts = 0
 	if i := slices.IndexFunc(r.inbox, func(e InboxEntry) bool { return e.Pos() == in.Pos() }); i >= 0 {
+		in.Attempts = r.inbox[i].Attempts
 		r.inbox[i] = in
 	} else {
 		r.inbox = append(r.inbox, in)
@@ -139,6 +141,23 @@ func (s *MemorySessionStore) CompleteTurn(ctx context.Context, key string, epoch
 		}
 	}
 	r.seq = max(r.seq, t.Seq)
+	return nil
+}
+
+// StartTurn implements SessionStore.
+func (s *MemorySessionStore) StartTurn(ctx context.Context, key string, epoch int64, input Position, attempt int) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("session: start turn %q: %w", key, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.fence("start turn", key, epoch, false)
+	if err != nil {
+		return err
+	}
+	if i := slices.IndexFunc(r.inbox, func(e InboxEntry) bool { return e.Pos() == input }); i >= 0 {
+		r.inbox[i].Attempts = max(r.inbox[i].Attempts, attempt)
+	}
 	return nil
 }
 

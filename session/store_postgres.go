@@ -14,7 +14,7 @@ import (
 )
 
 // PostgresSessionStore is the cluster SessionStore, on the tables of
-// migrations/00003 (session_state, session_inbox, session_history,
+// migrations/00003 and 00004 (session_state, session_inbox, session_history,
 // session_keys). Every write is ONE statement whose first step is the fence
 // (an UPDATE of the session_state row that lands only if the stored epoch
 // is not ahead of the writer's); the other steps read the fence's row, so a
@@ -41,7 +41,7 @@ ON CONFLICT (key) DO UPDATE SET epoch = EXCLUDED.epoch, updated_at = EXCLUDED.up
 WHERE s.epoch <= EXCLUDED.epoch
 RETURNING s.seq, COALESCE((SELECT epoch FROM old), 0)`
 
-const inboxSQL = `SELECT epoch, seq, idem_key, body_hash, input_type, input_data FROM session_inbox WHERE key = $1 ORDER BY epoch, seq`
+const inboxSQL = `SELECT epoch, seq, idem_key, body_hash, input_type, input_data, attempts FROM session_inbox WHERE key = $1 ORDER BY epoch, seq`
 
 // historySQL: $1 key, $2 before (exclusive), $3 limit; newest first.
 const historySQL = `
@@ -97,6 +97,18 @@ h AS (
     SELECT f.key, f.history_n - cardinality($6::text[]) + m.ord, $4, $5, m.role, m.content
     FROM f, unnest($6::text[], $7::bytea[]) WITH ORDINALITY AS m(role, content, ord)
     WHERE f.live)
+SELECT count(*) FROM f`
+
+// startTurnSQL: $1 key, $2 writer epoch, $3 input epoch, $4 input seq,
+// $5 attempt.
+const startTurnSQL = `
+WITH f AS (
+    UPDATE session_state SET epoch = $2, updated_at = now()
+    WHERE key = $1 AND epoch <= $2
+    RETURNING key),
+a AS (
+    UPDATE session_inbox b SET attempts = GREATEST(b.attempts, $5::int)
+    FROM f WHERE b.key = f.key AND b.epoch = $3 AND b.seq = $4)
 SELECT count(*) FROM f`
 
 const stateSQL = `SELECT epoch, seq, history_n FROM session_state WHERE key = $1`
@@ -190,6 +202,19 @@ func (s *PostgresSessionStore) CompleteTurn(ctx context.Context, key string, epo
 	return nil
 }
 
+// StartTurn implements SessionStore (one statement).
+func (s *PostgresSessionStore) StartTurn(ctx context.Context, key string, epoch int64, input Position, attempt int) error {
+	var n int64
+	err := s.pool.QueryRow(ctx, startTurnSQL, key, epoch, input.Epoch, input.Seq, attempt).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("session: start turn %q at %v: %w", key, input, writeErr(err))
+	}
+	if n == 0 {
+		return fmt.Errorf("session: start turn %q epoch %d: %w", key, epoch, ErrFenced)
+	}
+	return nil
+}
+
 // Unfinished implements SessionStore.
 func (s *PostgresSessionStore) Unfinished(ctx context.Context, limit int) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT key FROM session_inbox LIMIT $1`, max(limit, 0))
@@ -253,7 +278,7 @@ func scanInbox(rows pgx.Rows, err error) ([]InboxEntry, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (InboxEntry, error) {
 		var e InboxEntry
 		var hash, typ, data []byte
-		if err := r.Scan(&e.Epoch, &e.Seq, &e.Input.IdempotencyKey, &hash, &typ, &data); err != nil {
+		if err := r.Scan(&e.Epoch, &e.Seq, &e.Input.IdempotencyKey, &hash, &typ, &data, &e.Attempts); err != nil {
 			return e, err
 		}
 		copy(e.BodyHash[:], hash)

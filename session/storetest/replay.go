@@ -64,6 +64,21 @@ func ReplayLogSuite(t *testing.T, newFixture func(t *testing.T, maxLen int64, tt
 		assertSince(t, f.Log, "s", pos(9, 9), 0, nil, true)
 	})
 
+	t.Run("PrevKept", func(t *testing.T) {
+		f := newFixture(t, 100, ttl)
+		mustAppend(t, f.Log, "s", pos(1, 1))
+		ev := event("s", pos(2, 2))
+		prev := pos(1, 1)
+		ev.Prev = &prev
+		if err := f.Log.Append(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		evs, _, err := f.Log.Since(ctx, "s", session.Position{}, 0)
+		if err != nil || len(evs) != 2 || evs[0].Prev != nil || evs[1].Prev == nil || *evs[1].Prev != prev {
+			t.Fatalf("since 0 = %+v, %v; want Prev only on 2-2, at 1-1", evs, err)
+		}
+	})
+
 	t.Run("FencedAtOrBelowTop", func(t *testing.T) {
 		f := newFixture(t, 100, ttl)
 		mustAppend(t, f.Log, "s", pos(2, 10))

@@ -92,6 +92,41 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		}
 	})
 
+	t.Run("TurnAttemptsCountedFenced", func(t *testing.T) {
+		s := newFixture(t).Store
+		mustThaw(t, s, "k", 1, window)
+		one, two := entry(1, 1, "one", ""), entry(1, 2, "two", "")
+		mustAccept(t, s, "k", 1, one)
+		mustAccept(t, s, "k", 1, two)
+		pos := session.Position{Epoch: 1, Seq: 1}
+		if err := s.StartTurn(ctx, "k", 1, pos, 1); err != nil {
+			t.Fatalf("start turn: %v", err)
+		}
+		mustThaw(t, s, "k", 2, window)
+		if err := s.StartTurn(ctx, "k", 1, pos, 5); !errors.Is(err, session.ErrFenced) {
+			t.Fatalf("start turn at a stale epoch = %v, want ErrFenced", err)
+		}
+		for _, a := range []int{2, 2, 1} { // repeated and late writes never lower it
+			if err := s.StartTurn(ctx, "k", 2, pos, a); err != nil {
+				t.Fatalf("start turn attempt %d: %v", a, err)
+			}
+		}
+		mustAccept(t, s, "k", 2, one) // a repeated accept keeps the count
+		th := mustThaw(t, s, "k", 3, window)
+		if len(th.Inbox) != 2 || th.Inbox[0].Attempts != 2 || th.Inbox[1].Attempts != 0 {
+			t.Fatalf("inbox attempts after thaw = %+v, want 2 and 0", th.Inbox)
+		}
+		if err := s.CompleteTurn(ctx, "k", 3, session.TurnRecord{Input: pos, Seq: 4}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StartTurn(ctx, "k", 3, pos, 3); err != nil { // entry gone: nothing to count
+			t.Fatalf("start turn of a completed input: %v", err)
+		}
+		if st := mustRead(t, s, "k", session.HistoryQuery{Limit: 10}); len(st.Inbox) != 1 || st.Inbox[0].Seq != 2 || st.Inbox[0].Attempts != 0 {
+			t.Fatalf("inbox after the turn = %+v, want only 1-2, never started", st.Inbox)
+		}
+	})
+
 	t.Run("RepeatedWritesLandOnce", func(t *testing.T) {
 		s := newFixture(t).Store
 		mustThaw(t, s, "k", 1, window)

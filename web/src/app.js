@@ -209,7 +209,13 @@ class SessionView {
         this.addBubble("user", userText(data) || JSON.stringify(data), "done");
         break;
       case "turn_started":
-        this.bubble = this.addBubble("assistant", "", "streaming");
+        // A restart (attempt > 1) replaces the partial reply of its turn.
+        if (this.bubble && data.attempt > 1) this.bubble.body.textContent = "";
+        else this.bubble = this.addBubble("assistant", "", "streaming");
+        break;
+      case "turn_resumed":
+        // Another node continues the turn after the deltas already shown.
+        if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
         break;
       case "delta":
         if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");

@@ -24,6 +24,7 @@ export function formatCursor(c) {
 export const EVENT_TYPES = Object.freeze([
   "user_event",
   "turn_started",
+  "turn_resumed",
   "delta",
   "message",
   "turn_completed",
