@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/memforward"
@@ -78,28 +79,6 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// expiringCtx is a context whose deadline passes when the test says so
-// (expire), not on a clock: Err is then context.DeadlineExceeded.
-type expiringCtx struct {
-	context.Context
-	done chan struct{}
-}
-
-func newExpiringCtx(t *testing.T) *expiringCtx {
-	return &expiringCtx{Context: ctxT(t), done: make(chan struct{})}
-}
-
-func (c *expiringCtx) Done() <-chan struct{} { return c.done }
-func (c *expiringCtx) expire()               { close(c.done) }
-func (c *expiringCtx) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
 func mustAccepted(t *testing.T, out session.Outcome) session.Accepted {
 	t.Helper()
 	if out.Kind != session.OutcomeAccepted || out.Err != nil {
@@ -147,8 +126,8 @@ func TestSubmitForwardTimeout(t *testing.T) {
 
 	// The deadline passes once the request is on the wire, held there.
 	held := e.net.Hold("a")
-	late := newExpiringCtx(t)
-	go func() { <-held.Arrived(); late.expire() }()
+	late := testenv.NewExpiringContext(ctxT(t))
+	go func() { <-held.Arrived(); late.Expire() }()
 	out := b.Submit(late, "s1", input("late", "k-late"))
 	if out.Kind != session.OutcomeFailed || !errors.Is(out.Err, session.ErrForwardTimeout) || out.Hops != 1 {
 		t.Fatalf("held forward: %v %v (hops %d), want failed with ErrForwardTimeout", out.Kind, out.Err, out.Hops)
@@ -163,9 +142,9 @@ func TestSubmitForwardTimeout(t *testing.T) {
 		t.Fatalf("re-send after the timeout: %+v, want the duplicate of %+v", again, *rep.Accepted)
 	}
 
-	lost := newExpiringCtx(t)
+	lost := testenv.NewExpiringContext(ctxT(t))
 	sent := e.net.Drop("a")
-	go func() { <-sent; lost.expire() }()
+	go func() { <-sent; lost.Expire() }()
 	out = b.Submit(lost, "s1", input("lost", "k-lost"))
 	if out.Kind != session.OutcomeFailed || !errors.Is(out.Err, session.ErrForwardTimeout) {
 		t.Fatalf("dropped forward: %v %v, want failed with ErrForwardTimeout", out.Kind, out.Err)

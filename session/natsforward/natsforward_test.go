@@ -86,22 +86,6 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// expiringCtx is a context whose deadline passes when the test says so.
-type expiringCtx struct {
-	context.Context
-	done chan struct{}
-}
-
-func (c *expiringCtx) Done() <-chan struct{} { return c.done }
-func (c *expiringCtx) Err() error {
-	select {
-	case <-c.done:
-		return context.DeadlineExceeded
-	default:
-		return nil
-	}
-}
-
 func accepted(t *testing.T, out session.Outcome) session.Accepted {
 	t.Helper()
 	if out.Kind != session.OutcomeAccepted {
@@ -141,10 +125,10 @@ func TestNATSForwardTimeout(t *testing.T) {
 	accepted(t, a.m.Submit(ctx, "s1", input("first", "k1")))
 
 	tra.Park(trace.Kind("session.forward.serve"), trace.Kind("test.release"))
-	late := &expiringCtx{Context: ctx, done: make(chan struct{})}
+	late := testenv.NewExpiringContext(ctx)
 	go func() {
 		if _, err := tra.WaitFor(ctx, trace.Kind("session.forward.serve")); err == nil {
-			close(late.done)
+			late.Expire()
 		}
 	}()
 	out := b.m.Submit(late, "s1", input("late", "k-late"))
