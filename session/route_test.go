@@ -202,12 +202,7 @@ func TestSubmitUnreachableTakesOver(t *testing.T) {
 	ctx := ctxT(t)
 	first := mustAccepted(t, a.Submit(ctx, "s1", input("first", "k1")))
 
-	tr.Park(trace.Kind("session.forward", "holder", "a/1"), trace.Kind("test.lapsed"))
-	done := make(chan session.Outcome, 1)
-	go func() { done <- b.Submit(ctx, "s1", input("second", "k2")) }()
-	if _, err := tr.WaitFor(ctx, trace.Kind("session.forward")); err != nil {
-		t.Fatal(err)
-	}
+	done := submitParkedAtForward(t, tr, b, "a/1", "test.lapsed", input("second", "k2"))
 	e.crash("a/1", a)
 	e.clock.Advance(routeTTL + time.Second)
 	tr.Emit("test.lapsed")
@@ -236,12 +231,7 @@ func TestSubmitUnreachableForwardsToNewHolder(t *testing.T) {
 	ctx := ctxT(t)
 	mustAccepted(t, a.Submit(ctx, "s1", input("first", "k1")))
 
-	tr.Park(trace.Kind("session.forward", "holder", "a/1"), trace.Kind("test.moved"))
-	done := make(chan session.Outcome, 1)
-	go func() { done <- b.Submit(ctx, "s1", input("second", "k2")) }()
-	if _, err := tr.WaitFor(ctx, trace.Kind("session.forward")); err != nil {
-		t.Fatal(err)
-	}
+	done := submitParkedAtForward(t, tr, b, "a/1", "test.moved", input("second", "k2"))
 	e.crash("a/1", a)
 	e.clock.Advance(routeTTL + time.Second)
 	onC := mustAccepted(t, c.Submit(ctx, "s1", input("on c", "k3")))
@@ -320,12 +310,7 @@ func TestSubmitLeaseMovedBack(t *testing.T) {
 	ctx := ctxT(t)
 	mustAccepted(t, a.Submit(ctx, "s1", input("first", "k1")))
 
-	tr.Park(trace.Kind("session.forward", "holder", "a/1"), trace.Kind("test.back"))
-	done := make(chan session.Outcome, 1)
-	go func() { done <- b.Submit(ctx, "s1", input("second", "k2")) }()
-	if _, err := tr.WaitFor(ctx, trace.Kind("session.forward")); err != nil {
-		t.Fatal(err)
-	}
+	done := submitParkedAtForward(t, tr, b, "a/1", "test.back", input("second", "k2"))
 	if err := a.Drain(ctx); err != nil { // hands the lease back
 		t.Fatal(err)
 	}
@@ -423,4 +408,19 @@ func TestKeyReusedRefusedThroughForward(t *testing.T) {
 	if s := a.Stats(); s.Accepted != 1 || s.Duplicates != 2 {
 		t.Fatalf("owner stats = %+v, want 1 accepted and 2 duplicates", s)
 	}
+}
+
+// submitParkedAtForward submits in on m in the background, parks it at its
+// forward to holder until the trace event release is emitted, and returns
+// once the forward is parked; the outcome arrives on the channel.
+func submitParkedAtForward(t *testing.T, tr *trace.Tracer, m *session.Manager, holder, release string, in session.Input) <-chan session.Outcome {
+	t.Helper()
+	ctx := ctxT(t)
+	tr.Park(trace.Kind("session.forward", "holder", holder), trace.Kind(release))
+	done := make(chan session.Outcome, 1)
+	go func() { done <- m.Submit(ctx, "s1", in) }()
+	if _, err := tr.WaitFor(ctx, trace.Kind("session.forward")); err != nil {
+		t.Fatal(err)
+	}
+	return done
 }
