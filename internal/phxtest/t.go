@@ -77,21 +77,7 @@ func (c *T) Read(ctx context.Context) (Frame, error) { return c.S.Read(ctx) }
 // session events read on the way.
 func (c *T) Until(ref string) (Frame, []SessionEvent) {
 	c.t.Helper()
-	ctx, cancel := c.ctx()
-	defer cancel()
-	var evs []SessionEvent
-	for {
-		f, err := c.S.Read(ctx)
-		if err != nil {
-			c.t.Fatalf("waiting for ref %s: %v (events so far %+v)", ref, err, evs)
-		}
-		if f.IsReply(ref) {
-			return f, evs
-		}
-		if ev, ok := f.SessionEvent(); ok {
-			evs = append(evs, ev)
-		}
-	}
+	return c.readUntil("ref "+ref, func(f Frame, _ *SessionEvent) bool { return f.IsReply(ref) })
 }
 
 // Join joins topic with payload and returns the ok reply's response; any
@@ -125,19 +111,30 @@ func (c *T) Barrier() []SessionEvent {
 // returns them all, that one last.
 func (c *T) EventsUntil(typ string) []SessionEvent {
 	c.t.Helper()
+	_, evs := c.readUntil(typ, func(_ Frame, ev *SessionEvent) bool { return ev != nil && ev.Type == typ })
+	return evs
+}
+
+// readUntil reads frames until stop says so, collecting the session events
+// read on the way (the stopping frame's too, when it is one). It fails the
+// test, naming what, when the read fails first.
+func (c *T) readUntil(what string, stop func(f Frame, ev *SessionEvent) bool) (Frame, []SessionEvent) {
+	c.t.Helper()
 	ctx, cancel := c.ctx()
 	defer cancel()
 	var evs []SessionEvent
 	for {
 		f, err := c.S.Read(ctx)
 		if err != nil {
-			c.t.Fatalf("waiting for %s: %v (events so far %+v)", typ, err, evs)
+			c.t.Fatalf("waiting for %s: %v (events so far %+v)", what, err, evs)
 		}
+		var evp *SessionEvent
 		if ev, ok := f.SessionEvent(); ok {
 			evs = append(evs, ev)
-			if ev.Type == typ {
-				return evs
-			}
+			evp = &evs[len(evs)-1]
+		}
+		if stop(f, evp) {
+			return f, evs
 		}
 	}
 }
