@@ -177,14 +177,10 @@ type dbRow struct {
 func readRow(t *testing.T, c *proctest.Cluster, id string) dbRow {
 	t.Helper()
 	ctx := timeout(t, 10*time.Second)
-	conn, err := pgx.Connect(ctx, c.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := dbConn(t, ctx, c)
 	var r dbRow
 	var micros int64
-	err = conn.QueryRow(ctx, `SELECT owner_node, epoch, (extract(epoch FROM expires_at - now()) * 1000000)::bigint
+	err := conn.QueryRow(ctx, `SELECT owner_node, epoch, (extract(epoch FROM expires_at - now()) * 1000000)::bigint
 		FROM agent_leases WHERE agent_key = $1`, id).Scan(&r.Owner, &r.Epoch, &micros)
 	if err != nil {
 		t.Fatalf("lease row of %s: %v", id, err)
@@ -204,13 +200,9 @@ func readRow(t *testing.T, c *proctest.Cluster, id string) dbRow {
 func liveLeases(t *testing.T, c *proctest.Cluster, name string) int {
 	t.Helper()
 	ctx := timeout(t, 10*time.Second)
-	conn, err := pgx.Connect(ctx, c.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := dbConn(t, ctx, c)
 	var n int
-	err = conn.QueryRow(ctx, `SELECT count(*) FROM agent_leases WHERE split_part(owner_node, '/', 1) = $1 AND expires_at > now()`, name).Scan(&n)
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM agent_leases WHERE split_part(owner_node, '/', 1) = $1 AND expires_at > now()`, name).Scan(&n)
 	if err != nil {
 		t.Fatalf("live leases of %s: %v", name, err)
 	}
@@ -258,16 +250,24 @@ func waitMetric(t *testing.T, p *proctest.Proc, name string, want float64) {
 func setLease(t *testing.T, c *proctest.Cluster, id, owner string, epoch int64, ttl time.Duration) {
 	t.Helper()
 	ctx := timeout(t, 10*time.Second)
-	conn, err := pgx.Connect(ctx, c.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, `INSERT INTO agent_leases (agent_key, owner_node, epoch, expires_at)
+	conn := dbConn(t, ctx, c)
+	_, err := conn.Exec(ctx, `INSERT INTO agent_leases (agent_key, owner_node, epoch, expires_at)
 		VALUES ($1, $2, $3, now() + $4::interval)
 		ON CONFLICT (agent_key) DO UPDATE SET owner_node = EXCLUDED.owner_node, epoch = EXCLUDED.epoch, expires_at = EXCLUDED.expires_at`,
 		id, owner, epoch, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dbConn opens a connection to the cluster's database for the test's reads
+// and writes of rows; it is closed when the test ends.
+func dbConn(t *testing.T, ctx context.Context, c *proctest.Cluster) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(ctx, c.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }
