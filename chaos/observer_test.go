@@ -201,9 +201,9 @@ func (o *observer) add(ev phxtest.SessionEvent) (jump bool) {
 	case len(o.record) > 0 && !pos(last).Less(pos(ev)):
 		o.stale++
 		return false
-	case ev.Seq > last.Seq+1 && o.acceptJump:
+	case gap(o.record, ev) && o.acceptJump:
 		o.holes = append(o.holes, fmt.Sprintf("held %s, got %v %s after %s", held, pos(ev), ev.Type, o.unrecovered[len(o.unrecovered)-1]))
-	case ev.Seq > last.Seq+1:
+	case gap(o.record, ev):
 		o.jumps++
 		o.lastJump = fmt.Sprintf("held %s, got %v %s", held, pos(ev), ev.Type)
 		return true
@@ -211,6 +211,25 @@ func (o *observer) add(ev phxtest.SessionEvent) (jump bool) {
 	o.acceptJump = false
 	o.record = append(o.record, ev)
 	return false
+}
+
+// gap reports whether ev, following the record, shows a missed event by
+// the client rule of README "Gaps": within an epoch, a seq more than one
+// past the last held; across epochs, a prev after the last held, or no
+// prev at all (the new epoch's first event, which carries it, was missed).
+func gap(record []phxtest.SessionEvent, ev phxtest.SessionEvent) bool {
+	if len(record) == 0 {
+		return ev.Seq > 1
+	}
+	last := record[len(record)-1]
+	switch {
+	case ev.Epoch == last.Epoch:
+		return ev.Seq > last.Seq+1
+	case ev.Prev != nil:
+		return pos(last).Less(session.Position{Epoch: ev.Prev.Epoch, Seq: ev.Prev.Seq})
+	default:
+		return true
+	}
 }
 
 // top returns the record's last position ({0,0} when empty).

@@ -30,24 +30,40 @@ type turnData struct {
 	From    *Position `json:"from,omitempty"`
 }
 
-// readTail reads the replay log after where the previous epoch left off
-// (one Since, bounded by StoreTimeout): from the inbox head's user_event
-// when the inbox holds a turn that started, else from the stored seq. It
-// sets a.prev, the Prev of this epoch's first event, and a.journal for a
-// head whose turn started. A log that cannot be read, or that does not
-// reach back, leaves the journal unproven (the turn restarts) and prev at
-// the stored position.
+// readTail reads the replay log where the previous epochs left off (one
+// Since, bounded by StoreTimeout), from the earliest of: the stored seq, the
+// oldest inbox entry, and the input of the last completed turn. With what it
+// read it
+//   - repairs the tail (repairTail): events an earlier owner took a position
+//     for in the store but never logged are logged now, at those positions;
+//   - moves a.seq up to the log's top, so seq keeps growing across epochs and
+//     a missed tail of a dead epoch shows as a seq jump;
+//   - sets a.prev, the Prev of this epoch's first event (the log's top, or
+//     the stored position when the log could not be read);
+//   - sets a.journal for an inbox head whose turn started.
+//
+// A log that cannot be read, or that does not reach back, repairs nothing,
+// leaves the journal unproven (the turn restarts) and prev at the stored
+// position (docs/OWNERSHIP.md "Turn journal and resume", "Tail repair").
 func (a *actor) readTail(th Thawed) {
 	if th.FromEpoch == 0 {
 		return
 	}
 	stored := Position{Epoch: th.FromEpoch, Seq: th.Seq}
-	a.prev = &stored
+	top := stored
 	after := stored
+	if len(th.Inbox) > 0 {
+		if p := (Position{Epoch: th.Inbox[0].Epoch, Seq: th.Inbox[0].Seq - 1}); p.Less(after) {
+			after = p
+		}
+	}
+	last, lastOK := lastTurn(th.History)
+	if lastOK && last.Less(after) {
+		after = last
+	}
 	var head *InboxEntry
 	if len(th.Inbox) > 0 && th.Inbox[0].Attempts > 0 {
 		head = &th.Inbox[0]
-		after = head.Pos()
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
 	evs, complete, err := a.m.cfg.Log.Since(ctx, a.id, after, 0)
@@ -56,16 +72,26 @@ func (a *actor) readTail(th Thawed) {
 		a.m.tr.Emit("session.journal.unreadable", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
 		evs, complete = nil, false
 	}
-	if complete && len(evs) > 0 {
-		if last := evs[len(evs)-1].Pos(); stored.Less(last) {
-			a.prev = &last
+	if complete {
+		logTop := after
+		if len(evs) > 0 {
+			logTop = evs[len(evs)-1].Pos()
 		}
+		// The log is the better witness of where the last epoch ended,
+		// unless the store took seqs the log (even repaired) lacks.
+		if t := a.repairTail(th, evs, logTop, last, lastOK); t.Seq >= th.Seq {
+			top = t
+		}
+		a.seq = max(a.seq, top.Seq)
+	}
+	if th.FromEpoch < a.epoch {
+		a.prev = &top
 	}
 	if head == nil {
 		return
 	}
 	j := &journal{input: head.Pos()}
-	j.events, j.ok = turnJournal(evs, complete, head.Pos())
+	j.events, j.ok = turnJournal(eventsAfter(evs, head.Pos()), complete, head.Pos())
 	a.journal = j
 	a.m.tr.Emit("session.journal", "owner", a.m.cfg.Owner, "session", a.id, "input_epoch", head.Epoch,
 		"input_seq", head.Seq, "events", len(j.events), "ok", j.ok)
@@ -74,6 +100,146 @@ func (a *actor) readTail(th Thawed) {
 			zap.String("session", a.id), zap.Stringer("input", head.Pos()), zap.Int("read", len(evs)),
 			zap.Bool("complete", complete), zap.Error(err))
 	}
+}
+
+// lastTurn returns the input position of the newest history message's turn
+// (ok false: no history, or history carried over without positions).
+func lastTurn(h []StoredMessage) (Position, bool) {
+	if len(h) == 0 || h[len(h)-1].Turn.Epoch == 0 {
+		return Position{}, false
+	}
+	return h[len(h)-1].Turn, true
+}
+
+// eventsAfter returns the events of evs (ordered) strictly after p.
+func eventsAfter(evs []Event, p Position) []Event {
+	for i, ev := range evs {
+		if p.Less(ev.Pos()) {
+			return evs[i:]
+		}
+	}
+	return nil
+}
+
+// repairTail logs what an earlier owner took a position for but never
+// logged, in position order, each above logTop, the log's last event
+// (docs/OWNERSHIP.md "Tail repair"):
+//   - the end of the last completed turn (the input at last): the store
+//     holds its completion, whose write took the seqs of its message and
+//     turn_completed (or of turn_failed), but the log's events after that
+//     turn's last start hold no end. The end is rebuilt from the stored
+//     history: message with the stored reply, then turn_completed; or
+//     turn_failed when the stored turn has no reply.
+//   - the user_event of every inbox entry above logTop: its inbox write
+//     landed (the input was accepted) but its owner stopped before logging
+//     it.
+//
+// evs are the log's events read after a position at or before last and the
+// inbox's oldest entry. It returns the log's top afterwards. A repair
+// append that fails (the log refused it or is unreachable) ends the repair:
+// what is not logged stays a hole that the next event's seq (or prev)
+// shows.
+func (a *actor) repairTail(th Thawed, evs []Event, logTop Position, last Position, lastOK bool) Position {
+	var fix []Event
+	if lastOK {
+		fix = a.turnEnd(th, evs, logTop, last)
+	}
+	for _, e := range th.Inbox {
+		p := e.Pos()
+		if !logTop.Less(p) || len(fix) > 0 && !fix[len(fix)-1].Pos().Less(p) {
+			continue
+		}
+		data, err := userEventData(e.Input)
+		if err != nil {
+			continue
+		}
+		fix = append(fix, Event{Session: a.id, Epoch: p.Epoch, Seq: p.Seq, Type: TypeUserEvent, Data: data})
+	}
+	for _, ev := range fix {
+		if !a.relog(ev) {
+			break
+		}
+		logTop = ev.Pos()
+	}
+	return logTop
+}
+
+// turnEnd returns the end events of the turn of the input at last, at the
+// positions its completion took, when the log lacks them: the log's events
+// after the turn's last start hold no turn end and no other turn's start,
+// the log's top is the turn's last event, and the stored seq covers the
+// missing events. Otherwise nil.
+func (a *actor) turnEnd(th Thawed, evs []Event, logTop Position, last Position) []Event {
+	start := -1
+	for i, ev := range evs {
+		if d, ok := turnOf(ev); ok && d.Turn == last {
+			start = i
+		}
+	}
+	if start < 0 {
+		return nil
+	}
+	hasMessage := false
+	for _, ev := range evs[start+1:] {
+		switch ev.Type {
+		case TypeTurnCompleted, TypeTurnFailed, TypeTurnStarted, TypeTurnResumed:
+			return nil
+		case TypeMessage:
+			hasMessage = true
+		}
+	}
+	reply := th.History[len(th.History)-1]
+	var types []string
+	var datas []json.RawMessage
+	switch {
+	case reply.Role != "assistant":
+		data, _ := json.Marshal(map[string]string{"error": "session: the turn failed; its owner stopped before logging its end"})
+		types, datas = []string{TypeTurnFailed}, []json.RawMessage{data}
+	case hasMessage:
+		types, datas = []string{TypeTurnCompleted}, []json.RawMessage{emptyObject}
+	default:
+		data, _ := json.Marshal(reply.Message)
+		types, datas = []string{TypeMessage, TypeTurnCompleted}, []json.RawMessage{data, emptyObject}
+	}
+	if logTop.Seq+int64(len(types)) > th.Seq {
+		return nil
+	}
+	out := make([]Event, len(types))
+	for i := range types {
+		out[i] = Event{Session: a.id, Epoch: logTop.Epoch, Seq: logTop.Seq + 1 + int64(i), Type: types[i], Data: datas[i]}
+	}
+	return out
+}
+
+// turnOf returns the data of a turn_started or turn_resumed event.
+func turnOf(ev Event) (turnData, bool) {
+	var d turnData
+	if ev.Type != TypeTurnStarted && ev.Type != TypeTurnResumed || json.Unmarshal(ev.Data, &d) != nil {
+		return turnData{}, false
+	}
+	return d, true
+}
+
+// relog appends ev, an event at a position an earlier owner took but never
+// logged, and publishes it. It reports whether the append landed.
+func (a *actor) relog(ev Event) bool {
+	ev.At = time.Now().UTC()
+	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
+	err := a.m.cfg.Log.Append(ctx, ev)
+	cancel()
+	if err != nil {
+		a.m.tr.Emit("session.relog.failed", "owner", a.m.cfg.Owner, "session", a.id, "epoch", ev.Epoch, "seq", ev.Seq, "err", err.Error())
+		a.m.log.Info("tail repair stopped: append refused", zap.String("session", a.id), zap.Stringer("pos", ev.Pos()), zap.Error(err))
+		return false
+	}
+	a.m.stats.relogged.Add(1)
+	a.m.tr.Emit("session.relog", "owner", a.m.cfg.Owner, "session", a.id, "type", ev.Type, "epoch", ev.Epoch, "seq", ev.Seq)
+	ctx, cancel = context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
+	if err := a.m.cfg.Publisher.Publish(ctx, ev); err != nil {
+		a.m.stats.publishErrors.Add(1)
+	}
+	cancel()
+	return true
 }
 
 // turnJournal picks the journal of the turn of the input at head out of

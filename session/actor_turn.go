@@ -69,10 +69,7 @@ func (a *actor) accept(req *submitReq) {
 		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: %d inputs already queued: %w", a.id, len(a.pending), ErrBusy)}
 		return
 	}
-	data, err := json.Marshal(struct {
-		Type string          `json:"type"`
-		Data json.RawMessage `json:"data"`
-	}{in.Type, in.Data})
+	data, err := userEventData(in)
 	if err != nil {
 		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: encode input: %w", a.id, err)}
 		return
@@ -109,6 +106,14 @@ func (a *actor) accept(req *submitReq) {
 	a.m.stats.accepted.Add(1)
 	a.m.tr.Emit("session.accepted", "owner", a.m.cfg.Owner, "session", a.id, "epoch", p.Epoch, "seq", p.Seq)
 	req.reply <- submitReply{acc: Accepted{Session: a.id, Epoch: p.Epoch, Seq: p.Seq}}
+}
+
+// userEventData is the data of in's user_event: {"type","data"}.
+func userEventData(in Input) (json.RawMessage, error) {
+	return json.Marshal(struct {
+		Type string          `json:"type"`
+		Data json.RawMessage `json:"data"`
+	}{in.Type, in.Data})
 }
 
 // inboxAttempts bounds the tries of an inbox write whose outcome stays

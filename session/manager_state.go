@@ -153,6 +153,7 @@ type Stats struct {
 	TurnsRestarted  uint64 // unfinished turns run again from the beginning (attempt > 1)
 	TurnsGivenUp    uint64 // turns ended turn_failed after MaxTurnAttempts attempts
 	HandOvers       uint64 // turns a drain stopped past its window, left in the inbox for the next owner
+	Relogged        uint64 // events a thaw logged at positions an earlier owner took but never logged (tail repair)
 }
 
 // Stats returns the Manager's counters.
@@ -176,13 +177,14 @@ func (m *Manager) Stats() Stats {
 		TurnsRestarted:  c.turnsRestarted.Load(),
 		TurnsGivenUp:    c.turnsGivenUp.Load(),
 		HandOvers:       c.handOvers.Load(),
+		Relogged:        c.relogged.Load(),
 	}
 }
 
 type counters struct {
 	accepted, duplicates, turnsCompleted, turnsFailed, thaws, hibernations,
 	standDowns, fenced, logAppendErrors, publishErrors, forwards, inboxErrors, storeRetries,
-	turnsResumed, turnsRestarted, turnsGivenUp, handOvers atomic.Uint64
+	turnsResumed, turnsRestarted, turnsGivenUp, handOvers, relogged atomic.Uint64
 }
 
 // LiveLease reads session id's lease without claiming it (one Get on the

@@ -51,6 +51,12 @@ type SessionEvent struct {
 	Seq     int64           `json:"seq"`
 	Type    string          `json:"type"`
 	Data    json.RawMessage `json:"data"`
+	// Prev is set on the first event of an epoch: where the previous
+	// epoch ended.
+	Prev *struct {
+		Epoch int64 `json:"epoch"`
+		Seq   int64 `json:"seq"`
+	} `json:"prev,omitempty"`
 }
 
 // PhxReply is a phx_reply payload: {"status","response"}.
