@@ -56,7 +56,7 @@ bench:
 # schedule and a replay command; the last lines tabulate every run.
 RUNS ?= 10
 chaos: services
-	CHAOS_CHECKER=1 CHAOS_RUNS=$(RUNS) $(GO) test -race -count=1 -timeout 0 -v -run '^TestAcceptedEventChecker$$' ./chaos/
+	CHAOS_RUNS=$(RUNS) $(GO) test -race -count=1 -timeout 0 -v -run '^TestAcceptedEventChecker$$' ./chaos/
 
 # Three cluster-mode nodes on :4001-:4003 against the local Postgres, Redis and
 # NATS; prints URLs and tokens; Ctrl-C stops them (scripts/cluster.sh).
