@@ -128,6 +128,8 @@ func (n *Node) answer(out session.Outcome) (acceptedBody, *apiError) {
 			ae = invalidSessionID()
 		case errors.Is(err, session.ErrIdempotencyKeyReused):
 			ae = errorf(http.StatusUnprocessableEntity, CodeKeyReused, "this idempotency key was accepted with a different body; nothing was accepted")
+		case errors.Is(err, session.ErrInvalidInput):
+			ae = errorf(http.StatusUnprocessableEntity, CodeInvalidInput, err.Error())
 		case errors.Is(err, session.ErrBusy):
 			ae = errorf(http.StatusTooManyRequests, CodeSessionBusy, "the session has too many queued events")
 		case errors.Is(err, session.ErrOutcomeUnknown):

@@ -98,6 +98,7 @@ const (
 	CodeUnavailable = "unavailable"            // the node could not decide (ErrStoreUnavailable or another error): nothing ran
 	CodeInvalidID   = "invalid_id"             // ErrInvalidID
 	CodeKeyReused   = "idempotency_key_reused" // ErrIdempotencyKeyReused: nothing was accepted
+	CodeInvalid     = "invalid_input"          // ErrInvalidInput: the input contract refuses the input; nothing was accepted
 	CodeUnknown     = "outcome_unknown"        // ErrOutcomeUnknown: the input may have been accepted
 	CodeBadRequest  = "bad_request"            // the forward request could not be decoded
 	CodeInternal    = "internal"               // anything else a node may answer
@@ -140,6 +141,8 @@ func (e *RemoteError) Unwrap() error {
 		return ErrInvalidID
 	case CodeKeyReused:
 		return ErrIdempotencyKeyReused
+	case CodeInvalid:
+		return ErrInvalidInput
 	case CodeUnknown:
 		return ErrOutcomeUnknown
 	}
@@ -157,6 +160,8 @@ func RemoteErrorOf(err error) *RemoteError {
 		code = CodeInvalidID
 	case errors.Is(err, ErrIdempotencyKeyReused):
 		code = CodeKeyReused
+	case errors.Is(err, ErrInvalidInput):
+		code = CodeInvalid
 	case errors.Is(err, ErrOutcomeUnknown):
 		code = CodeUnknown
 	case errors.Is(err, ErrBusy):

@@ -241,7 +241,8 @@ const maxSubmitAttempts = 3
 // nodes forwarded here, and Submit routes around it.
 //
 // Errors: ErrInvalidID; *LeaseHeldError (another process's lease is live);
-// ErrFenced; ErrBusy; ErrDraining; ErrClosed; ErrIdempotencyKeyReused (the
+// *InputError (errors.Is ErrInvalidInput: in breaks the input contract, nothing
+// ran); ErrFenced; ErrBusy; ErrDraining; ErrClosed; ErrIdempotencyKeyReused (the
 // key was accepted with another body: nothing ran); ErrStoreUnavailable
 // (the claim or the inbox write got no answer: nothing was logged or
 // published, nothing will run); ctx's error (the input may still be
@@ -250,6 +251,11 @@ const maxSubmitAttempts = 3
 func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, error) {
 	if !ValidID(id) {
 		return Accepted{}, ErrInvalidID
+	}
+	// Checked on the owner too: a forward may come from a node that did
+	// not check, and a store write of a refused input can fail.
+	if err := ValidateInput(in); err != nil {
+		return Accepted{}, fmt.Errorf("session: accept %q: %w", id, err)
 	}
 	var last error
 	var claimed *Lease // the latest lease this Submit claimed

@@ -23,8 +23,9 @@ const (
 	// ErrClosed (this node or the owner is draining), ErrFenced,
 	// ErrStoreUnavailable, or another error that left ownership undecided.
 	OutcomeRefused
-	// OutcomeFailed: Outcome.Err is the failure. ErrInvalidID, ErrBusy and
-	// ErrIdempotencyKeyReused (here or at the owner) mean nothing ran.
+	// OutcomeFailed: Outcome.Err is the failure. ErrInvalidID,
+	// ErrInvalidInput, ErrBusy and ErrIdempotencyKeyReused (here or at the
+	// owner) mean nothing ran.
 	// ErrOutcomeUnknown means the inbox write may have landed: the input
 	// may run; a re-send with the same idempotency key is safe. ErrForwardTimeout,
 	// ErrForwardFailed and a *RemoteError with another code mean the input
@@ -175,14 +176,14 @@ func (m *Manager) forward(ctx context.Context, holder, id string, in Input) (Acc
 }
 
 // settle classifies an error that names no lease holder. Locally, bad input,
-// a reused idempotency key, a full mailbox and an inbox write of unknown
+// a refused input, a reused idempotency key, a full mailbox and an inbox write of unknown
 // outcome fail and everything else refuses (ownership could not
 // be decided, nothing ran). From the owner node, its refusals (draining,
 // fenced, store unavailable) refuse and everything else fails: the input
 // may have been accepted there.
 func (m *Manager) settle(id string, err error, remote bool, hops int) Outcome {
-	refuse := !errors.Is(err, ErrInvalidID) && !errors.Is(err, ErrBusy) && !errors.Is(err, ErrIdempotencyKeyReused) &&
-		!errors.Is(err, ErrOutcomeUnknown)
+	refuse := !errors.Is(err, ErrInvalidID) && !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrBusy) &&
+		!errors.Is(err, ErrIdempotencyKeyReused) && !errors.Is(err, ErrOutcomeUnknown)
 	if remote {
 		var re *RemoteError
 		refuse = errors.As(err, &re) && (errors.Is(err, ErrDraining) || errors.Is(err, ErrFenced) || errors.Is(err, ErrStoreUnavailable))

@@ -424,3 +424,30 @@ func submitParkedAtForward(t *testing.T, tr *trace.Tracer, m *session.Manager, h
 	}
 	return done
 }
+
+// The owner checks the input contract itself: an input that breaks it
+// (a lone surrogate here, which Postgres would refuse) is refused with
+// invalid_input when it arrives as a forward from a node that did not
+// check, and when a non-owner's Submit forwards it; nothing is accepted
+// and the session keeps working.
+func TestInvalidInputRefusedByOwner(t *testing.T) {
+	e := newRouteEnv(t)
+	a := e.node("a/1", nil, nil)
+	b := e.node("b/1", nil, nil)
+	ctx := ctxT(t)
+	mustAccepted(t, a.Submit(ctx, "s1", input("hello", "")))
+	bad := session.Input{Type: "message", Data: json.RawMessage(`{"text":"\ud800"}`)}
+
+	reply := a.HandleForward(ctx, session.ForwardRequest{Session: "s1", Input: bad})
+	if reply.Error == nil || reply.Error.Code != session.CodeInvalid || reply.Accepted != nil {
+		t.Fatalf("forward of an invalid input = %+v, want code %s", reply, session.CodeInvalid)
+	}
+	out := b.Submit(ctx, "s1", bad)
+	if out.Kind != session.OutcomeFailed || !errors.Is(out.Err, session.ErrInvalidInput) {
+		t.Fatalf("submit through b = %v %v, want failed with ErrInvalidInput", out.Kind, out.Err)
+	}
+	mustAccepted(t, b.Submit(ctx, "s1", input("still here", "")))
+	if s := a.Stats(); s.Accepted != 2 || s.StandDowns != 0 {
+		t.Fatalf("owner stats = %+v, want 2 accepted and no stand-down", s)
+	}
+}
