@@ -188,6 +188,13 @@ func TestSIGTERMDrainHandsOverLongTurn(t *testing.T) {
 	if !st.Success() {
 		t.Errorf("exit state %v", st)
 	}
+	// A hand-over is the drain doing its job, not a failure of it.
+	if n := a.Logs().Count(0, proctest.Msg("drain incomplete")); n != 0 {
+		t.Errorf("the node logged the hand-over as an incomplete drain")
+	}
+	if n := a.Logs().Count(0, proctest.Msg("drain window ended: running turns handed over to the next owner, which resumes them")); n != 1 {
+		t.Errorf("the node logged %d hand-over lines, want 1", n)
+	}
 	row := readRow(t, c, id)
 	if row.Remaining > 0 {
 		t.Errorf("lease still live for %v after the drain", row.Remaining)

@@ -226,7 +226,7 @@ func gap(record []phxtest.SessionEvent, ev phxtest.SessionEvent) bool {
 	case ev.Epoch == last.Epoch:
 		return ev.Seq > last.Seq+1
 	case ev.Prev != nil:
-		return pos(last).Less(session.Position{Epoch: ev.Prev.Epoch, Seq: ev.Prev.Seq})
+		return pos(last).Less(*ev.Prev)
 	default:
 		return true
 	}

@@ -221,13 +221,19 @@ func TestScheduleIsSeeded(t *testing.T) {
 }
 
 // TestObserverKeepsContiguousEvents: the observer's rule on one join's
-// pushes. It keeps contiguous events (a new epoch may step back), ignores
+// pushes. It keeps contiguous events (a new epoch may step back when its
+// prev is held), ignores
 // a push at or before what it holds, and reports a jump without keeping
 // the event, unless its join said the replay could not fill the gap: then
 // it keeps the event and notes the hole.
 func TestObserverKeepsContiguousEvents(t *testing.T) {
 	ev := func(epoch, seq int64) phxtest.SessionEvent {
 		return phxtest.SessionEvent{Epoch: epoch, Seq: seq, Type: session.TypeDelta}
+	}
+	evp := func(epoch, seq, prevEpoch, prevSeq int64) phxtest.SessionEvent {
+		e := ev(epoch, seq)
+		e.Prev = &session.Position{Epoch: prevEpoch, Seq: prevSeq}
+		return e
 	}
 	o := &observer{}
 	steps := []struct {
@@ -240,15 +246,17 @@ func TestObserverKeepsContiguousEvents(t *testing.T) {
 		{ev(1, 2), false}, // stale
 		{ev(1, 4), true},
 		{ev(1, 3), false},
-		{ev(2, 2), false}, // a new epoch steps back
+		{evp(2, 2, 1, 3), false}, // a new epoch steps back, its prev is held
 		{ev(2, 3), false},
+		{evp(3, 5, 2, 4), true}, // the old epoch's tail (2-4) was missed
+		{ev(3, 6), true},        // the new epoch's first event (with prev) was missed
 	}
 	for i, s := range steps {
 		if got := o.add(s.ev); got != s.jump {
 			t.Fatalf("step %d (%v): jump %v, want %v", i, pos(s.ev), got, s.jump)
 		}
 	}
-	if got := o.top(); got != (session.Position{Epoch: 2, Seq: 3}) || len(o.record) != 5 || o.stale != 1 || o.jumps != 2 {
+	if got := o.top(); got != (session.Position{Epoch: 2, Seq: 3}) || len(o.record) != 5 || o.stale != 1 || o.jumps != 4 {
 		t.Fatalf("top %v, %d held, %d stale, %d jumps", got, len(o.record), o.stale, o.jumps)
 	}
 	o.unrecovered, o.acceptJump = []string{"join at 2-3: replay_truncated"}, true

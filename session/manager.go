@@ -427,8 +427,9 @@ func (m *Manager) remove(a *actor) {
 // log, the lease is released, and the next owner resumes it
 // (docs/OWNERSHIP.md "Turn journal and resume"). Inputs accepted but not
 // yet run stay in the inbox too.
-// Drain returns when every actor has stopped; the error joins release
-// failures and, if ctx ended first, ctx's error.
+// Drain returns when every actor has stopped; the error joins the release
+// failures (a hand-over is not one: it is logged, traced as
+// session.drain.handover and counted in Stats.HandOvers).
 func (m *Manager) Drain(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -451,15 +452,16 @@ func (m *Manager) Drain(ctx context.Context) error {
 		select {
 		case <-a.done:
 		case <-ctx.Done():
-			m.cancelOnce.Do(func() {
-				close(m.drainCancel)
-				errs = append(errs, fmt.Errorf("session: drain: running turns handed over unfinished: %w", ctx.Err()))
-			})
+			m.cancelOnce.Do(func() { close(m.drainCancel) })
 			<-a.done
 		}
 		if a.releaseErr != nil {
 			errs = append(errs, a.releaseErr)
 		}
+	}
+	if n := m.stats.handOvers.Load(); n > 0 {
+		m.tr.Emit("session.drain.handover", "owner", m.cfg.Owner, "turns", n)
+		m.log.Info("drain window ended: running turns handed over to the next owner, which resumes them", zap.Uint64("turns", n))
 	}
 	return errors.Join(errs...)
 }

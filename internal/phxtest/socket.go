@@ -22,6 +22,7 @@ import (
 	"sync"
 
 	"github.com/coder/websocket"
+	"github.com/relaygw/relay/session"
 )
 
 // Socket is a raw Phoenix client connection. Writes may be concurrent;
@@ -53,10 +54,7 @@ type SessionEvent struct {
 	Data    json.RawMessage `json:"data"`
 	// Prev is set on the first event of an epoch: where the previous
 	// epoch ended.
-	Prev *struct {
-		Epoch int64 `json:"epoch"`
-		Seq   int64 `json:"seq"`
-	} `json:"prev,omitempty"`
+	Prev *session.Position `json:"prev,omitempty"`
 }
 
 // PhxReply is a phx_reply payload: {"status","response"}.
