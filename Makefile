@@ -37,7 +37,7 @@ lint:
 	@scripts/lint-refs.sh
 
 unit:
-	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
 
 # Short runs of every fuzz target, one after the other; each package's test
 # binary is built once (scripts/fuzz.sh).
