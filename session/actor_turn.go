@@ -53,7 +53,12 @@ func (a *actor) accept(req *submitReq) {
 	a.stopIdle()
 	hash := InputHash(in)
 	if in.IdempotencyKey != "" {
-		if e, ok := a.keys.lookup(in.IdempotencyKey, a.m.clock.Now()); ok {
+		e, ok, err := a.lookupKey(in.IdempotencyKey)
+		if err != nil {
+			req.reply <- submitReply{err: fmt.Errorf("session: submit %q: idempotency key: %w: %w", a.id, ErrStoreUnavailable, err)}
+			return
+		}
+		if ok {
 			if e.Hash != ([32]byte{}) && e.Hash != hash {
 				a.m.tr.Emit("session.key_reused", "owner", a.m.cfg.Owner, "session", a.id, "key", in.IdempotencyKey)
 				req.reply <- submitReply{err: fmt.Errorf("session: submit %q: key %q accepted at %v: %w", a.id, in.IdempotencyKey, e.Pos, ErrIdempotencyKeyReused)}
@@ -106,6 +111,26 @@ func (a *actor) accept(req *submitReq) {
 	a.m.stats.accepted.Add(1)
 	a.m.tr.Emit("session.accepted", "owner", a.m.cfg.Owner, "session", a.id, "epoch", p.Epoch, "seq", p.Seq)
 	req.reply <- submitReply{acc: Accepted{Session: a.id, Epoch: p.Epoch, Seq: p.Seq}}
+}
+
+// lookupKey finds an idempotency key among the session's remembered keys:
+// in memory, or, once the in-memory set may have forgotten live keys, in
+// the store (one read bounded by StoreTimeout), so a key is remembered for
+// IdempotencyTTL however many keys came after it. An error means the store
+// could not tell.
+func (a *actor) lookupKey(key string) (keyEntry, bool, error) {
+	now := a.m.clock.Now()
+	if e, ok := a.keys.lookup(key, now); ok || !a.keys.spilled {
+		return e, ok, nil
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
+	rec, ok, err := a.m.cfg.Store.LookupKey(ctx, a.id, key, a.m.cfg.IdempotencyTTL)
+	cancel()
+	a.m.tr.Emit("session.key.lookup", "owner", a.m.cfg.Owner, "session", a.id, "found", ok, "err", errText(err))
+	if err != nil || !ok {
+		return keyEntry{}, false, err
+	}
+	return keyEntry{Key: key, Pos: Position{Epoch: rec.Epoch, Seq: rec.Seq}, Hash: rec.BodyHash, Expires: now.Add(a.m.cfg.IdempotencyTTL - rec.Age)}, true, nil
 }
 
 // userEventData is the data of in's user_event: {"type","data"}.

@@ -52,6 +52,10 @@ type keySet struct {
 	max   int
 	order []keyEntry // oldest first
 	index map[string]keyEntry
+	// spilled is set once the set may have forgotten a live key: it
+	// evicted one, or the thaw loaded the bound (the store may hold more).
+	// A miss must then be asked of the store (SessionStore.LookupKey).
+	spilled bool
 }
 
 // newKeySet returns a set holding the thawed keys recs (oldest first),
@@ -61,6 +65,7 @@ func newKeySet(max int, ttl time.Duration, now time.Time, recs []KeyRecord) *key
 	for _, r := range recs {
 		k.add(keyEntry{Key: r.Key, Pos: Position{Epoch: r.Epoch, Seq: r.Seq}, Hash: r.BodyHash, Expires: now.Add(ttl - r.Age)})
 	}
+	k.spilled = k.spilled || max > 0 && len(recs) >= max
 	return k
 }
 
@@ -90,6 +95,7 @@ func (k *keySet) add(e keyEntry) {
 	k.index[e.Key] = e
 	k.order = append(k.order, e)
 	if n := len(k.order) - k.max; n > 0 {
+		k.spilled = true
 		for _, old := range k.order[:n] {
 			delete(k.index, old.Key)
 		}

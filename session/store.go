@@ -114,6 +114,12 @@ type SessionStore interface {
 	// lost them (docs/OWNERSHIP.md "Turn journal and resume"). An error
 	// wrapping ErrOutcomeUnknown may have landed.
 	StartTurn(ctx context.Context, key string, epoch int64, input Position, attempt int) error
+	// LookupKey reads the idempotency key idemKey of session key without
+	// writing: its record (Age on the store's clock) when it was accepted
+	// less than keyTTL ago. ok is false otherwise, or when the session has
+	// no row. The actor asks only once its in-memory set of keys is full
+	// (MaxIdempotencyKeys), so every key stays remembered for keyTTL.
+	LookupKey(ctx context.Context, key, idemKey string, keyTTL time.Duration) (rec KeyRecord, ok bool, err error)
 	// Read returns key's stored state without writing: epoch, seq, inbox and
 	// one page of history (q). ok is false when the session has no row.
 	Read(ctx context.Context, key string, q HistoryQuery) (st StoredSession, ok bool, err error)

@@ -161,6 +161,27 @@ func (s *MemorySessionStore) StartTurn(ctx context.Context, key string, epoch in
 	return nil
 }
 
+// LookupKey implements SessionStore.
+func (s *MemorySessionStore) LookupKey(ctx context.Context, key, idemKey string, keyTTL time.Duration) (KeyRecord, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return KeyRecord{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rows[key]
+	if r == nil {
+		return KeyRecord{}, false, nil
+	}
+	k, ok := r.keys[idemKey]
+	age := s.opts.now().Sub(k.at)
+	if !ok || age >= keyTTL {
+		return KeyRecord{}, false, nil
+	}
+	rec := k.rec
+	rec.Age = age
+	return rec, true, nil
+}
+
 // Unfinished implements SessionStore.
 func (s *MemorySessionStore) Unfinished(ctx context.Context, limit int) ([]string, error) {
 	if err := ctx.Err(); err != nil {

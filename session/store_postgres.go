@@ -215,6 +215,28 @@ func (s *PostgresSessionStore) StartTurn(ctx context.Context, key string, epoch 
 	return nil
 }
 
+// lookupKeySQL: $1 key, $2 idempotency key, $3 retention.
+const lookupKeySQL = `
+SELECT epoch, seq, body_hash, (extract(epoch FROM now() - accepted_at) * 1e6)::bigint
+FROM session_keys WHERE key = $1 AND idem_key = $2 AND accepted_at > now() - $3::interval`
+
+// LookupKey implements SessionStore (one indexed read).
+func (s *PostgresSessionStore) LookupKey(ctx context.Context, key, idemKey string, keyTTL time.Duration) (KeyRecord, bool, error) {
+	rec := KeyRecord{Key: idemKey}
+	var hash []byte
+	var ageMicros int64
+	err := s.pool.QueryRow(ctx, lookupKeySQL, key, idemKey, keyTTL).Scan(&rec.Epoch, &rec.Seq, &hash, &ageMicros)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KeyRecord{}, false, nil
+	}
+	if err != nil {
+		return KeyRecord{}, false, fmt.Errorf("session: look up key of %q: %w", key, err)
+	}
+	copy(rec.BodyHash[:], hash)
+	rec.Age = time.Duration(ageMicros) * time.Microsecond
+	return rec, true, nil
+}
+
 // Unfinished implements SessionStore.
 func (s *PostgresSessionStore) Unfinished(ctx context.Context, limit int) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT key FROM session_inbox LIMIT $1`, max(limit, 0))

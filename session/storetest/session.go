@@ -228,6 +228,30 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		}
 	})
 
+	t.Run("LookupKeyWithinRetention", func(t *testing.T) {
+		f := newFixture(t)
+		s := f.Store
+		ctx := context.Background()
+		if _, ok, err := s.LookupKey(ctx, "k", "key-a", time.Hour); ok || err != nil {
+			t.Fatalf("lookup in a missing session = %v, %v; want not found", ok, err)
+		}
+		mustThaw(t, s, "k", 1, window)
+		e := entry(1, 1, "a", "key-a")
+		mustAccept(t, s, "k", 1, e)
+		f.Age(t, "k", 2*time.Second)
+		rec, ok, err := s.LookupKey(ctx, "k", "key-a", time.Hour)
+		if err != nil || !ok || rec.Key != "key-a" || rec.Epoch != 1 || rec.Seq != 1 || rec.BodyHash != e.BodyHash ||
+			rec.Age < 2*time.Second || rec.Age > time.Hour {
+			t.Fatalf("lookup = %+v, %v, %v; want key-a at 1-1 with its hash, about 2 s old", rec, ok, err)
+		}
+		if _, ok, _ := s.LookupKey(ctx, "k", "key-a", time.Second); ok {
+			t.Fatal("a key older than the retention was found")
+		}
+		if _, ok, _ := s.LookupKey(ctx, "k", "key-b", time.Hour); ok {
+			t.Fatal("a key never accepted was found")
+		}
+	})
+
 	t.Run("InputsStoredOpaque", func(t *testing.T) {
 		s := newFixture(t).Store
 		mustThaw(t, s, "k", 1, window)
