@@ -223,6 +223,9 @@ func turnOf(ev Event) (turnData, bool) {
 // relog appends ev, an event at a position an earlier owner took but never
 // logged, and publishes it. It reports whether the append landed.
 func (a *actor) relog(ev Event) bool {
+	if !a.leaseLive() {
+		return false
+	}
 	ev.At = time.Now().UTC()
 	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
 	err := a.m.cfg.Log.Append(ctx, ev)

@@ -182,12 +182,28 @@ func (a *actor) writeInbox(e InboxEntry) error {
 	}
 }
 
+// leaseLive reports whether the lease's local deadline has not passed; when
+// it has, the actor retires (ErrLeaseDeadline) and it reports false. The
+// renewer retires the actor at that deadline too, but a process stopped
+// past it can run an emit before the renewer's timer fires.
+func (a *actor) leaseLive() bool {
+	now := a.m.clock.Now()
+	if a.renewer.live(now) {
+		return true
+	}
+	a.m.tr.Emit("session.lease.past_deadline", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch)
+	a.retire(fmt.Errorf("%w (session %q, epoch %d): nothing more is published", ErrLeaseDeadline, a.id, a.epoch))
+	return false
+}
+
 // emit gives an event the next position, appends it to the replay log and
 // then publishes it. A fenced append stands the session down and publishes
 // nothing; other log errors are logged and counted, and publishing goes on.
+// Past the lease's local deadline nothing is appended or published
+// (leaseLive).
 // Once the actor retires (halted turn) nothing more is published.
 func (a *actor) emit(typ string, data json.RawMessage) (Event, error) {
-	if a.ctx.Err() != nil {
+	if a.ctx.Err() != nil || !a.leaseLive() {
 		return Event{}, a.cause()
 	}
 	ev := Event{Session: a.id, Epoch: a.epoch, Seq: a.seq + 1, Type: typ, Data: data, At: time.Now().UTC(), Prev: a.prev}
@@ -205,7 +221,7 @@ func (a *actor) emit(typ string, data json.RawMessage) (Event, error) {
 		a.m.log.Warn("session replay log append failed", zap.String("session", a.id), zap.Stringer("pos", ev.Pos()), zap.Error(err))
 	}
 	a.seq, a.prev = ev.Seq, nil
-	if a.ctx.Err() != nil {
+	if a.ctx.Err() != nil || !a.leaseLive() {
 		return Event{}, a.cause()
 	}
 	// Readers (State) see every event's effect by the time it is published.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -33,11 +34,14 @@ type renewer struct {
 	// expiry (last successful claim start + Remaining); deadline is lapse -
 	// RenewMargin.
 	lapse, deadline time.Time
+	// until mirrors deadline (UnixNano of the Manager's clock) for the
+	// actor, which publishes nothing once it has passed (live).
+	until atomic.Int64
 }
 
 func newRenewer(a *actor, lapse time.Time) *renewer {
 	ctx, cancel := context.WithCancel(a.ctx)
-	return &renewer{
+	r := &renewer{
 		a:        a,
 		ctx:      ctx,
 		cancel:   cancel,
@@ -45,7 +49,16 @@ func newRenewer(a *actor, lapse time.Time) *renewer {
 		lapse:    lapse,
 		deadline: lapse.Add(-a.m.cfg.RenewMargin),
 	}
+	r.until.Store(r.deadline.UnixNano())
+	return r
 }
+
+// live reports whether now is before the lease's local deadline. A process
+// that was stopped (SIGSTOP, a long pause) past it may find its timers not
+// yet fired: the actor asks before every append and publish, so a stale
+// owner puts nothing more out once its lease may have lapsed. Safe from
+// any goroutine.
+func (r *renewer) live(now time.Time) bool { return now.UnixNano() < r.until.Load() }
 
 // stop ends the renewer and waits for it. It is safe before run started
 // only if run is started afterwards (run always closes done).
@@ -96,6 +109,7 @@ func (r *renewer) renew(start time.Time) bool {
 	case err == nil && l.Epoch == a.epoch:
 		r.lapse = start.Add(l.Remaining)
 		r.deadline = r.lapse.Add(-m.cfg.RenewMargin)
+		r.until.Store(r.deadline.UnixNano())
 		m.tr.Emit("renewer.renewed", "owner", m.cfg.Owner, "session", a.id, "epoch", l.Epoch, "remaining", l.Remaining)
 		return true
 	case err == nil:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/relaygw/relay/internal/trace"
 )
@@ -37,5 +38,36 @@ func TestStandDownAfterCheckpointFailureReleasesLease(t *testing.T) {
 	waitFor(t, tr, trace.Kind("session.emit", "session", "s1", "type", TypeTurnCompleted, "epoch", acc.Epoch), 2)
 	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, []Message{{"user", "hello"}, {"assistant", "hello"}, {"user", "again"}, {"assistant", "again"}}) {
 		t.Fatalf("history = %v, want the stood-down turn re-run, then the new one", got)
+	}
+}
+
+// An owner whose process was stopped past its lease's local deadline
+// (here: the clock moves on while the renewer is parked, as a SIGSTOP
+// would leave its timer unfired) appends and publishes nothing more: the
+// turn's next delta is refused, the session stands down, and the replay
+// log and the subscribers end before it.
+func TestNothingPublishedPastLeaseDeadline(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, rec, clk := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	ag.post = "late"
+	cfg.Agent = ag
+	tr.Park(trace.Kind("renewer.armed", "owner", "a/1"), trace.Kind("session.lease.past_deadline", "owner", "a/1"))
+	m := startManager(t, cfg)
+	submit(t, m, "s1", "hello")
+	<-ag.started
+	clk.Advance(cfg.LeaseTTL + time.Second)
+	close(ag.release)
+	if err := <-ag.postErr; err == nil {
+		t.Fatal("the delta past the lease deadline was emitted")
+	}
+	waitFor(t, tr, trace.Kind("session.standdown", "owner", "a/1"), 1)
+	assertNoParkFailures(t, tr)
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted}) {
+		t.Fatalf("published %v, want nothing after turn_started", got)
+	}
+	if got := types(logEvents(t, st.log, "s1")); len(got) != 2 {
+		t.Fatalf("logged %v, want nothing after turn_started", got)
 	}
 }
