@@ -100,7 +100,7 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 		}
 		return res, nil
 	}
-	rr, err := session.Replay(ctx, n.replay, id, *p.LastEvent, int(n.cfg.ReplayMaxLen))
+	rr, err := session.Replay(ctx, n.replay, id, *p.LastEvent, int(n.cfg.ReplayMaxLen), n.sessionHead(id))
 	if err != nil {
 		n.log.Warn("replay read failed", zap.String("session", id), zap.Error(err))
 		n.metrics.replayErrors.Inc()
@@ -125,6 +125,19 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 		return ok && rr.Duplicate(pos)
 	}
 	return res, nil
+}
+
+// sessionHead is session id's authoritative position for the replay seam
+// (session.SessionHead): the live actor's when it runs on this node, else
+// the session store's. A store that cannot be read gives ok false.
+func (n *Node) sessionHead(id string) session.SessionHead {
+	return func(ctx context.Context) (session.Position, bool) {
+		st, err := n.manager.State(ctx, id, session.HistoryQuery{Limit: 1})
+		if err != nil || st.Source == session.SourceUnavailable {
+			return session.Position{}, false
+		}
+		return session.Position{Epoch: st.Epoch, Seq: st.Seq}, true
+	}
 }
 
 // HandleIn takes a "message" push down the same path as an event POST.
