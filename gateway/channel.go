@@ -98,6 +98,7 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 		if p.Presence {
 			res.Then = h.trackPresence(ch, claims)
 		}
+		res.Skip = inOrder(session.Position{})
 		return res, nil
 	}
 	rr, err := session.Replay(ctx, n.replay, id, *p.LastEvent, int(n.cfg.ReplayMaxLen), n.sessionHead(id))
@@ -120,11 +121,33 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	if p.Presence {
 		res.Then = append(res.Then, h.trackPresence(ch, claims)...)
 	}
-	res.Skip = func(b *channels.Broadcast) bool {
-		pos, ok := b.Meta.(session.Position)
-		return ok && rr.Duplicate(pos)
+	res.Skip = inOrder(rr.Skip)
+	if !rr.Skip.IsZero() {
+		n.sequence.Seed(ch.Topic(), rr.Skip)
 	}
 	return res, nil
+}
+
+// inOrder is a channel's JoinResult.Skip: it keeps the last session event
+// position handed to the channel, starting at from (the replay seam,
+// session.ReplayResult.Skip), and drops every event at or before it, so a
+// socket never gets an event at or below one it already got for the
+// session, whatever path the event took. The channel calls it under its
+// own lock, one broadcast at a time. Broadcasts without a position
+// (presence diffs) pass.
+func inOrder(from session.Position) func(*channels.Broadcast) bool {
+	last := from
+	return func(b *channels.Broadcast) bool {
+		pos, ok := b.Meta.(session.Position)
+		if !ok {
+			return false
+		}
+		if !last.Less(pos) {
+			return true
+		}
+		last = pos
+		return false
+	}
 }
 
 // sessionHead is session id's authoritative position for the replay seam
