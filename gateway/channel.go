@@ -85,7 +85,10 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	}
 
 	h.expireAt(ch, claims)
-	ch.Subscribe()
+	// Live events carry the join_ref: once the client moved on to a newer
+	// join of the topic (a rejoin after a join timeout), it drops every
+	// frame of this one (docs/PHOENIX.md §3.3).
+	ch.SubscribeWithJoinRef()
 
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
