@@ -29,7 +29,7 @@ type Channel struct {
 	// join_ref (SubscribeWithJoinRef). Set before the subscription, read
 	// by the Hub under its shard lock.
 	withJoinRef bool
-	hubIdx     int        // position in the topic's subscriber list; guarded by the hub shard lock
+	hubIdx      int // position in the topic's subscriber list; guarded by the hub shard lock
 
 	mu          sync.Mutex
 	state       chanState

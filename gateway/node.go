@@ -115,7 +115,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 			n.pubsub.LeaveTopic(topic)
 			n.sequence.Forget(topic)
 		},
-		Tracer:            n.tracer,
+		Tracer: n.tracer,
 	})
 	// Presence is node-local: each node lists the sockets joined on it.
 	n.presence = presence.NewTracker(presence.TrackerConfig{OnDiff: func(topic string, diff json.RawMessage) {
