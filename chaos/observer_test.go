@@ -30,9 +30,9 @@ type observer struct {
 	// streams holds, per successful join, the session pushes of that join
 	// (its replay, then its live events), in arrival order.
 	streams [][]phxtest.SessionEvent
-	joins  int                    // successful joins
-	jumps  int                    // seq jumps that caused a rejoin
-	stale  int                    // pushes at or before the record's last position
+	joins   int // successful joins
+	jumps   int // seq jumps that caused a rejoin
+	stale   int // pushes at or before the record's last position
 	// foreign counts pushes of an earlier join on the same socket
 	// (between a phx_leave and the next join's reply).
 	foreign int
