@@ -68,6 +68,9 @@ type topicOrder struct {
 	mu    sync.Mutex
 	last  session.Position
 	known bool // last is set
+	// seeded: last came from Seed, no event was handed on since; a later
+	// Seed may lower it.
+	seeded bool
 	held  []heldEvent
 	stop  func() bool // the running window's timer, nil when none
 	gone  bool        // forgotten: a late timer does nothing
@@ -113,13 +116,18 @@ func (s *Sequencer) topic(name string) *topicOrder {
 
 // Seed sets topic's last position to pos when the topic has none yet: a
 // joiner's replay ended there, so the next event to hand on is the one
-// after it. It does nothing when a position is known.
+// after it. Several joiners seeding before any event came leave the
+// lowest of their positions (none of them misses an event). It does
+// nothing once an event was handed on.
 func (s *Sequencer) Seed(topic string, pos session.Position) {
+	if pos.IsZero() {
+		return
+	}
 	t := s.topic(topic)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.known && !pos.IsZero() {
-		t.last, t.known = pos, true
+	if !t.known || t.seeded && pos.Less(t.last) {
+		t.last, t.known, t.seeded = pos, true, true
 	}
 }
 
@@ -195,7 +203,7 @@ func (s *Sequencer) Broadcast(topic, event string, payload json.RawMessage, meta
 
 // hand delivers one event and makes it the topic's last. t.mu is held.
 func (s *Sequencer) hand(t *topicOrder, topic, event string, payload json.RawMessage, pos session.Position) int {
-	t.last, t.known = pos, true
+	t.last, t.known, t.seeded = pos, true, false
 	return s.local.Broadcast(topic, event, payload, pos)
 }
 

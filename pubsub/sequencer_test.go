@@ -180,7 +180,7 @@ func TestSequencerSeedForget(t *testing.T) {
 	want(t, local, "presence_diff")
 	send(s, 1, 5, nil)
 	want(t, local, "1-5", "1-6")
-	s.Seed("session:s", session.Position{Epoch: 1, Seq: 100}) // known: ignored
+	s.Seed("session:s", session.Position{Epoch: 1, Seq: 3}) // an event went out since: ignored
 	send(s, 1, 8, nil)
 	s.Forget("session:s")
 	if timers.fire() != 0 {
@@ -189,6 +189,15 @@ func TestSequencerSeedForget(t *testing.T) {
 	want(t, local)
 	send(s, 1, 2, nil) // a fresh start
 	want(t, local, "1-2")
+
+	// Two joiners seed before any event comes: the lower position wins,
+	// so neither misses an event.
+	s.Forget("session:s")
+	s.Seed("session:s", session.Position{Epoch: 1, Seq: 60})
+	s.Seed("session:s", session.Position{Epoch: 1, Seq: 50})
+	s.Seed("session:s", session.Position{Epoch: 1, Seq: 55})
+	send(s, 1, 51, nil)
+	want(t, local, "1-51")
 }
 
 // Concurrent senders of one topic's events by several paths: every event
