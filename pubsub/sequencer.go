@@ -71,9 +71,9 @@ type topicOrder struct {
 	// seeded: last came from Seed, no event was handed on since; a later
 	// Seed may lower it.
 	seeded bool
-	held  []heldEvent
-	stop  func() bool // the running window's timer, nil when none
-	gone  bool        // forgotten: a late timer does nothing
+	held   []heldEvent
+	stop   func() bool // the running window's timer, nil when none
+	gone   bool        // forgotten: a late timer does nothing
 }
 
 type heldEvent struct {
