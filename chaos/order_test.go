@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -13,22 +14,23 @@ import (
 	"github.com/relaygw/relay/session"
 )
 
-// TestOrderAcrossRebalance: three nodes, a session owned by a, an
-// observer on every node; 300 events are posted to b at about 200 a second
-// while a fourth node joins the cluster and, later, drains and leaves, so
-// senders flood while Muster rebalances and then route again. Every
-// observer follows the client rule of README "Gaps". Per observer, every
-// join's pushes (its replay, then its live events) strictly increase in
-// (epoch, seq) — a node never hands a socket an event at or below one it
-// already handed it — and, at the end, the observers on the nodes that
-// stayed hold exactly the replay log: every gap was closed by a rejoin.
+// TestOrderAcrossRebalance: three nodes, each reaching NATS through its
+// own proxy; the session topic's router gets 30 ms of latency on what NATS
+// brings it, the session is owned by another node, and an observer joins
+// on every node. 300 events are posted to the third node at about 200 a
+// second while a fourth node joins the cluster and, later, drains and
+// leaves, so senders flood or send straight to every member while Muster
+// rebalances, then route again. Every observer follows the client rule of
+// README "Gaps". Per observer, every join's pushes (its replay, then its
+// live events) strictly increase in (epoch, seq) — a node never hands a
+// socket an event at or below one it already handed it — and, at the end,
+// the observers on the nodes that stayed hold exactly the replay log: every
+// gap was closed by a rejoin. The nodes' reorder counters are logged.
 func TestOrderAcrossRebalance(t *testing.T) {
 	const posts = 300
-	c := newCluster(t, map[string]string{"REPLAY_MAX_LEN": "5000", "SOCKET_QUEUE": "5000"})
-	a, b, cc := c.Start("a", nil), c.Start("b", nil), c.Start("c", nil)
+	fc := startFaultCluster(t, 3, map[string]string{"REPLAY_MAX_LEN": "5000", "SOCKET_QUEUE": "5000"})
+	c := fc.Cluster
 	id := "order-1"
-	mustAccept(t, c, a, id, proctest.Event{Text: "first"}) // a owns the session
-	waitLogEnd(t, c, id, "first")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -63,10 +65,32 @@ func TestOrderAcrossRebalance(t *testing.T) {
 			}
 		}
 	}
-	stable := []*observer{observe(ctx, a), observe(ctx, b), observe(ctx, cc)}
+	var stable []*observer
+	for _, p := range fc.nodes {
+		stable = append(stable, observe(ctx, p))
+	}
 	for _, o := range stable {
 		waitJoined(o)
 	}
+	// The topic's router gets 30 ms of latency on everything NATS brings
+	// it, so an event routed through it arrives well after the next one
+	// sent straight to a node when Muster starts rebalancing. The session's
+	// owner is another node, and the writer posts to the third.
+	r := topicRouter(t, fc, session.Topic(id))
+	var owner, writeTo *proctest.Proc
+	for i, p := range fc.nodes {
+		switch {
+		case i == r:
+		case owner == nil:
+			owner = p
+		default:
+			writeTo = p
+		}
+	}
+	fc.nats[r].SetDelay(30 * time.Millisecond)
+	mustAccept(t, c, owner, id, proctest.Event{Text: "first"})
+	waitLogEnd(t, c, id, "first")
+	t.Logf("router %s (delayed), owner %s, posts to %s", fc.nodes[r].Name(), owner.Name(), writeTo.Name())
 
 	d := c.Add("d", nil)
 	dctx, dcancel := context.WithCancel(ctx)
@@ -112,7 +136,7 @@ func TestOrderAcrossRebalance(t *testing.T) {
 		last = fmt.Sprintf("e%d", i)
 		ev := proctest.Event{Text: last, Key: last}
 		for {
-			r, err := client.PostEvent(timeout(t, 30*time.Second), b.URL(), id, ev)
+			r, err := client.PostEvent(timeout(t, 30*time.Second), writeTo.URL(), id, ev)
 			if err != nil {
 				t.Fatalf("post %s: %v", last, err)
 			}
@@ -132,7 +156,7 @@ func TestOrderAcrossRebalance(t *testing.T) {
 	waitLogEnd(t, c, id, last)
 	// A gap at the very end of a turn shows with the next event (README
 	// "Gaps"): one more turn reveals any.
-	mustAccept(t, c, b, id, proctest.Event{Text: "end"})
+	mustAccept(t, c, writeTo, id, proctest.Event{Text: "end"})
 	log := waitLogEnd(t, c, id, "end")
 	top := log[len(log)-1].Pos()
 
@@ -179,9 +203,47 @@ func TestOrderAcrossRebalance(t *testing.T) {
 			t.Errorf("observer on %s: %v", o.node.Name(), err)
 		}
 	}
-	for _, p := range []*proctest.Proc{a, b, cc} {
+	for _, p := range fc.nodes {
 		t.Logf("%s: reorder held %v, dropped %v, gaps %v", p.Name(),
 			metric(t, p, "relay_reorder_held_total"), metric(t, p, "relay_reorder_dropped_total"), metric(t, p, "relay_reorder_gaps_total"))
+	}
+}
+
+// topicRouter returns the index in fc.nodes of topic's router: the node
+// whose Muster occupancy table holds the topic's rows, once exactly one
+// does.
+func topicRouter(t *testing.T, fc *faultCluster, topic string) int {
+	t.Helper()
+	ctx := timeout(t, 30*time.Second)
+	for {
+		found := -1
+		n := 0
+		for i, p := range fc.nodes {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL()+"/admin/muster", nil)
+			req.Header.Set("Authorization", "Bearer "+fc.AdminToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				continue
+			}
+			var d struct {
+				Muster struct {
+					Occupancy map[string][]string `json:"occupancy"`
+				} `json:"muster"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&d)
+			resp.Body.Close()
+			if err == nil && len(d.Muster.Occupancy[topic]) == len(fc.nodes) {
+				found, n = i, n+1
+			}
+		}
+		if n == 1 {
+			return found
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no single router holds %s's rows", topic)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
