@@ -151,6 +151,20 @@ func (s *Sequencer) Forget(topic string) {
 	t.held = nil
 }
 
+// Close forgets every topic and stops their windows' timers; held events
+// are not delivered. Broadcasts after Close start afresh.
+func (s *Sequencer) Close() {
+	s.mu.Lock()
+	topics := make([]string, 0, len(s.topics))
+	for name := range s.topics {
+		topics = append(topics, name)
+	}
+	s.mu.Unlock()
+	for _, name := range topics {
+		s.Forget(name)
+	}
+}
+
 // Broadcast implements Local. It returns how many sockets took the event
 // now: 0 for an event held or dropped.
 func (s *Sequencer) Broadcast(topic, event string, payload json.RawMessage, meta any) int {

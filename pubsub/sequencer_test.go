@@ -235,3 +235,15 @@ func TestSequencerConcurrentPaths(t *testing.T) {
 		t.Fatalf("delivered %d events from %s, not the run %s..1-%d in order", len(got), got[0], got[0], n)
 	}
 }
+
+// Close stops every running window; held events are not delivered.
+func TestSequencerClose(t *testing.T) {
+	s, local, timers := newSeq(t)
+	send(s, 1, 1, nil)
+	send(s, 1, 3, nil)
+	s.Close()
+	if timers.fire() != 0 {
+		t.Fatal("a window still ran after Close")
+	}
+	want(t, local, "1-1")
+}
