@@ -11,6 +11,7 @@ import (
 
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/muster/ring"
 	"github.com/relaygw/relay/session"
 )
 
@@ -30,7 +31,16 @@ func TestOrderAcrossRebalance(t *testing.T) {
 	const posts = 300
 	fc := startFaultCluster(t, 3, map[string]string{"REPLAY_MAX_LEN": "5000", "SOCKET_QUEUE": "5000"})
 	c := fc.Cluster
-	id := "order-1"
+	// A session whose topic's router moves to the fourth node when it
+	// joins: events routed through the old, delayed router are still on
+	// their way when the next ones, routed through the new one, arrive.
+	id := ""
+	for i := 1; id == ""; i++ {
+		cand := fmt.Sprintf("order-%d", i)
+		if ring.New([]string{"a", "b", "c", "d"}, 0).Find(session.Topic(cand)) == "d" {
+			id = cand
+		}
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -74,9 +84,13 @@ func TestOrderAcrossRebalance(t *testing.T) {
 	}
 	// The topic's router gets 30 ms of latency on everything NATS brings
 	// it, so an event routed through it arrives well after the next one
-	// sent straight to a node when Muster starts rebalancing. The session's
-	// owner is another node, and the writer posts to the third.
+	// routed through the fourth node once it joined (or sent straight to
+	// every member while Muster rebalances). The session's owner is another
+	// node, and the writer posts to the third.
 	r := topicRouter(t, fc, session.Topic(id))
+	if want := ring.New([]string{"a", "b", "c"}, 0).Find(session.Topic(id)); fc.nodes[r].Name() != want {
+		t.Fatalf("router of %s is %s, the ring says %s", id, fc.nodes[r].Name(), want)
+	}
 	var owner, writeTo *proctest.Proc
 	for i, p := range fc.nodes {
 		switch {
