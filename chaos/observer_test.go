@@ -28,7 +28,8 @@ type observer struct {
 	record []phxtest.SessionEvent // what the client holds: contiguous from seq 1 but for holes
 	seen   []phxtest.SessionEvent // every session push read, in arrival order
 	// streams holds, per successful join, the session pushes of that join
-	// (its replay, then its live events), in arrival order.
+	// (its replay, then its live events, then any that came after the
+	// observer left it), in arrival order.
 	streams [][]phxtest.SessionEvent
 	joins   int // successful joins
 	jumps   int // seq jumps that caused a rejoin
@@ -165,6 +166,15 @@ func (o *observer) join(ctx context.Context, s *phxtest.Socket) (string, error) 
 		f, err := o.read(ctx, s)
 		if err != nil {
 			return "", err
+		}
+		if ev, ok := f.SessionEvent(); ok && f.Topic == topic {
+			// Before the reply, a session push is the previous join's (one
+			// the socket still got after the observer sent phx_leave).
+			o.mu.Lock()
+			if n := len(o.streams); n > 0 {
+				o.streams[n-1] = append(o.streams[n-1], ev)
+			}
+			o.mu.Unlock()
 		}
 		if f.Event != "phx_reply" || f.Ref == nil || *f.Ref != ref {
 			continue
