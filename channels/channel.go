@@ -25,7 +25,11 @@ type Channel struct {
 
 	subMu      sync.Mutex // serializes Hub subscribe/unsubscribe of this channel
 	subscribed bool       // guarded by subMu
-	hubIdx     int        // position in the topic's subscriber list; guarded by the hub shard lock
+	// withJoinRef: broadcasts reach this channel as pushes carrying its
+	// join_ref (SubscribeWithJoinRef). Set before the subscription, read
+	// by the Hub under its shard lock.
+	withJoinRef bool
+	hubIdx      int // position in the topic's subscriber list; guarded by the hub shard lock
 
 	mu          sync.Mutex
 	state       chanState
@@ -67,6 +71,23 @@ func (ch *Channel) Subscribe() {
 	}
 	ch.sock.ep.hub.subscribe(ch)
 	ch.subscribed = true
+}
+
+// SubscribeWithJoinRef is Subscribe, except that the topic's broadcasts
+// reach this channel as pushes carrying its join_ref
+// ([join_ref, null, topic, event, payload]) instead of [null, null, ...].
+// The phoenix client drops a frame whose join_ref is not its channel's
+// current one (docs/PHOENIX.md §3.7), so once the client moved on to a
+// newer join of the topic, or marked the channel errored after a join
+// timeout, nothing of this channel reaches its application. The Hub still
+// encodes each frame once per serializer and join_ref in use.
+func (ch *Channel) SubscribeWithJoinRef() {
+	ch.subMu.Lock()
+	if !ch.subscribed {
+		ch.withJoinRef = true
+	}
+	ch.subMu.Unlock()
+	ch.Subscribe()
 }
 
 func (ch *Channel) unsubscribe() {

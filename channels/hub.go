@@ -104,9 +104,29 @@ func (h *Hub) Broadcast(topic, event string, payload json.RawMessage, meta any) 
 	b := &Broadcast{Topic: topic, Event: event, Payload: payload, Meta: meta}
 	var frames [numSerializers]Frame
 	var encoded [numSerializers]bool
+	var pushes map[pushKey]Frame // frames of channels subscribed with their join_ref
 	n := 0
 	for _, ch := range e.subs {
 		i := ch.sock.serIdx
+		if ch.withJoinRef {
+			k := pushKey{i, ch.joinRef.raw}
+			f, ok := pushes[k]
+			if !ok {
+				var err error
+				f, err = ch.sock.ser.EncodePush(ch.joinRef, Ref{}, topic, event, Payload{JSON: payload})
+				if err != nil {
+					continue
+				}
+				if pushes == nil {
+					pushes = make(map[pushKey]Frame)
+				}
+				pushes[k] = f
+			}
+			if ch.deliver(f, b) {
+				n++
+			}
+			continue
+		}
 		if !encoded[i] {
 			f, err := ch.sock.ser.EncodeBroadcast(topic, event, payload)
 			if err != nil {
@@ -119,6 +139,12 @@ func (h *Hub) Broadcast(topic, event string, payload json.RawMessage, meta any) 
 		}
 	}
 	return n
+}
+
+// pushKey names a frame encoded for channels of one serializer and join_ref.
+type pushKey struct {
+	ser     int
+	joinRef string
 }
 
 // Subscribers returns how many local channels are subscribed to topic.

@@ -193,3 +193,41 @@ func TestSubscribeAfterEndIsNoop(t *testing.T) {
 		t.Fatalf("closed channel subscribed: %d", n)
 	}
 }
+
+// A channel subscribed with its join_ref gets the topic's broadcasts as
+// pushes carrying it; the others get [null,null,...]. After a duplicate
+// join, the old join's ref is never on a frame again.
+func TestHubBroadcastWithJoinRef(t *testing.T) {
+	hub := NewHub()
+	ep := NewEndpoint(EndpointConfig{Hub: hub})
+	h := newFuncHandler()
+	h.join = func(_ context.Context, ch *Channel, p json.RawMessage) (JoinResult, error) {
+		if string(p) == `{"ref":true}` {
+			ch.SubscribeWithJoinRef()
+		} else {
+			ch.Subscribe()
+		}
+		return JoinResult{}, nil
+	}
+	ep.Handle("room:*", h)
+	a, at := memSocket(t, ep, V2)
+	b, bt := memSocket(t, ep, V2)
+	c, ct := memSocket(t, ep, V2)
+	recv(t, a, `["3","3","room:x","phx_join",{"ref":true}]`)
+	recv(t, b, `["3","3","room:x","phx_join",{"ref":true}]`)
+	recv(t, c, `["3","3","room:x","phx_join",{}]`)
+	recv(t, a, `["7","7","room:x","phx_join",{"ref":true}]`) // supersedes "3"
+	if n := hub.Broadcast("room:x", "ev", json.RawMessage(`{"n":1}`), nil); n != 3 {
+		t.Fatalf("broadcast reached %d channels, want 3", n)
+	}
+	// a: join 3 reply, join 7 reply, phx_close of 3, the event.
+	if got := string(at.waitFrames(t, 4)[3].Data); got != `["7",null,"room:x","ev",{"n":1}]` {
+		t.Fatalf("a got %s", got)
+	}
+	if got := string(bt.waitFrames(t, 2)[1].Data); got != `["3",null,"room:x","ev",{"n":1}]` {
+		t.Fatalf("b got %s", got)
+	}
+	if got := string(ct.waitFrames(t, 2)[1].Data); got != `[null,null,"room:x","ev",{"n":1}]` {
+		t.Fatalf("c got %s", got)
+	}
+}

@@ -27,9 +27,13 @@ type observer struct {
 	sock   *phxtest.Socket
 	record []phxtest.SessionEvent // what the client holds: contiguous from seq 1 but for holes
 	seen   []phxtest.SessionEvent // every session push read, in arrival order
-	joins  int                    // successful joins
-	jumps  int                    // seq jumps that caused a rejoin
-	stale  int                    // pushes at or before the record's last position
+	// streams holds, per successful join, the session pushes of that join
+	// (its replay, then its live events, then any that came after the
+	// observer left it), in arrival order.
+	streams [][]phxtest.SessionEvent
+	joins   int // successful joins
+	jumps   int // seq jumps that caused a rejoin
+	stale   int // pushes at or before the record's last position
 	// foreign counts pushes of an earlier join on the same socket
 	// (between a phx_leave and the next join's reply).
 	foreign int
@@ -104,6 +108,11 @@ func (o *observer) follow(ctx context.Context, s *phxtest.Socket, joinRef string
 		}
 		rejoin := f.Event == "phx_error" || f.Event == "phx_close"
 		if ev, ok := f.SessionEvent(); ok {
+			o.mu.Lock()
+			if n := len(o.streams); n > 0 {
+				o.streams[n-1] = append(o.streams[n-1], ev)
+			}
+			o.mu.Unlock()
 			rejoin = o.add(ev)
 		}
 		if !rejoin {
@@ -158,6 +167,15 @@ func (o *observer) join(ctx context.Context, s *phxtest.Socket) (string, error) 
 		if err != nil {
 			return "", err
 		}
+		if ev, ok := f.SessionEvent(); ok && f.Topic == topic {
+			// Before the reply, a session push is the previous join's (one
+			// the socket still got after the observer sent phx_leave).
+			o.mu.Lock()
+			if n := len(o.streams); n > 0 {
+				o.streams[n-1] = append(o.streams[n-1], ev)
+			}
+			o.mu.Unlock()
+		}
 		if f.Event != "phx_reply" || f.Ref == nil || *f.Ref != ref {
 			continue
 		}
@@ -176,6 +194,7 @@ func (o *observer) join(ctx context.Context, s *phxtest.Socket) (string, error) 
 		}
 		o.mu.Lock()
 		o.joins++
+		o.streams = append(o.streams, nil)
 		o.acceptJump = !r.Response.Recovered
 		if !r.Response.Recovered {
 			o.unrecovered = append(o.unrecovered, fmt.Sprintf("join at %v: %s", top, r.Response.Reason))

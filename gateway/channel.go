@@ -85,7 +85,10 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	}
 
 	h.expireAt(ch, claims)
-	ch.Subscribe()
+	// Live events carry the join_ref: once the client moved on to a newer
+	// join of the topic (a rejoin after a join timeout), it drops every
+	// frame of this one (docs/PHOENIX.md §3.3).
+	ch.SubscribeWithJoinRef()
 
 	ctx, cancel := context.WithTimeout(ctx, joinTimeout)
 	defer cancel()
@@ -98,9 +101,10 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 		if p.Presence {
 			res.Then = h.trackPresence(ch, claims)
 		}
+		res.Skip = inOrder(session.Position{})
 		return res, nil
 	}
-	rr, err := session.Replay(ctx, n.replay, id, *p.LastEvent, int(n.cfg.ReplayMaxLen))
+	rr, err := session.Replay(ctx, n.replay, id, *p.LastEvent, int(n.cfg.ReplayMaxLen), n.sessionHead(id))
 	if err != nil {
 		n.log.Warn("replay read failed", zap.String("session", id), zap.Error(err))
 		n.metrics.replayErrors.Inc()
@@ -120,11 +124,46 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	if p.Presence {
 		res.Then = append(res.Then, h.trackPresence(ch, claims)...)
 	}
-	res.Skip = func(b *channels.Broadcast) bool {
-		pos, ok := b.Meta.(session.Position)
-		return ok && rr.Duplicate(pos)
+	res.Skip = inOrder(rr.Skip)
+	if !rr.Skip.IsZero() {
+		n.sequence.Seed(ch.Topic(), rr.Skip)
 	}
 	return res, nil
+}
+
+// inOrder is a channel's JoinResult.Skip: it keeps the last session event
+// position handed to the channel, starting at from (the replay seam,
+// session.ReplayResult.Skip), and drops every event at or before it, so a
+// socket never gets an event at or below one it already got for the
+// session, whatever path the event took. The channel calls it under its
+// own lock, one broadcast at a time. Broadcasts without a position
+// (presence diffs) pass.
+func inOrder(from session.Position) func(*channels.Broadcast) bool {
+	last := from
+	return func(b *channels.Broadcast) bool {
+		pos, ok := b.Meta.(session.Position)
+		if !ok {
+			return false
+		}
+		if !last.Less(pos) {
+			return true
+		}
+		last = pos
+		return false
+	}
+}
+
+// sessionHead is session id's authoritative position for the replay seam
+// (session.SessionHead): the live actor's when it runs on this node, else
+// the session store's. A store that cannot be read gives ok false.
+func (n *Node) sessionHead(id string) session.SessionHead {
+	return func(ctx context.Context) (session.Position, bool) {
+		st, err := n.manager.State(ctx, id, session.HistoryQuery{Limit: 1})
+		if err != nil || st.Source == session.SourceUnavailable {
+			return session.Position{}, false
+		}
+		return session.Position{Epoch: st.Epoch, Seq: st.Seq}, true
+	}
 }
 
 // HandleIn takes a "message" push down the same path as an event POST.

@@ -92,7 +92,13 @@ func (n *Node) buildCluster(ctx context.Context) error {
 	n.scope = scope
 	n.closers = append(n.closers, func() { _ = scope.Close() })
 
-	n.pubsub = pubsub.New(pubsub.Config{Node: n.name, Scope: scope, Transport: psTr, Local: n.hub, Metrics: n.metrics.pubsub, Logger: n.log.Named("pubsub")})
+	window := n.cfg.ReorderWindow
+	if window == 0 {
+		window = -1 // no wait: the Sequencer's zero means its default
+	}
+	n.sequence = pubsub.NewSequencer(n.hub, pubsub.SequencerConfig{Window: window, Metrics: n.metrics.pubsub})
+	n.closers = append(n.closers, n.sequence.Close)
+	n.pubsub = pubsub.New(pubsub.Config{Node: n.name, Scope: scope, Transport: psTr, Local: n.sequence, Metrics: n.metrics.pubsub, Logger: n.log.Named("pubsub")})
 	psTr.Register(n.pubsub)
 	if err := psTr.Start(ctx); err != nil {
 		return fmt.Errorf("gateway: start pubsub transport: %w", err)

@@ -41,6 +41,7 @@ type Config struct {
 	SocketQueue      int           `name:"socket-queue" env:"SOCKET_QUEUE" default:"1024" help:"Outbound frames queued per socket before it is cut as a slow consumer."`
 	ReplayMaxLen     int64         `name:"replay-max-len" env:"REPLAY_MAX_LEN" default:"1000" help:"Events kept per session in the replay log."`
 	ReplayTTL        time.Duration `name:"replay-ttl" env:"REPLAY_TTL" default:"24h" help:"Replay log expiry after the last append."`
+	ReorderWindow    time.Duration `name:"reorder-window" env:"REORDER_WINDOW" default:"100ms" help:"How long a node holds a session event that arrived ahead of a missing one before handing it to sockets anyway (0: no wait)."`
 	MusterHeartbeat  time.Duration `name:"muster-heartbeat" env:"MUSTER_HEARTBEAT" default:"10s" help:"Muster view heartbeat and re-discovery interval."`
 	MusterPing       time.Duration `name:"muster-ping" env:"MUSTER_PING" default:"1s" help:"Muster failure-detector heartbeat period."`
 	MusterPeerDown   time.Duration `name:"muster-peer-down" env:"MUSTER_PEER_DOWN" default:"5s" help:"Silence after which a peer node is declared down."`
@@ -66,7 +67,7 @@ func DefaultConfig() Config {
 		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second, ForwardTimeout: 5 * time.Second,
 		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second,
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
-		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
+		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, ReorderWindow: 100 * time.Millisecond, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
@@ -100,6 +101,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: LEASE_RENEW (%v) must be shorter than LEASE_TTL (%v) minus the %v safety margin", c.LeaseRenew, c.LeaseTTL, c.renewMargin())
 	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0 || c.CensusInterval <= 0:
 		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW, FORWARD_TIMEOUT and CENSUS_INTERVAL must be positive")
+	case c.ReorderWindow < 0 || c.ReorderWindow > 10*time.Second:
+		return errors.New("gateway: REORDER_WINDOW must be between 0 and 10s")
 	case c.MaxTurnAttempts < 1:
 		return errors.New("gateway: MAX_TURN_ATTEMPTS must be at least 1")
 	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:

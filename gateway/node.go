@@ -49,6 +49,7 @@ type Node struct {
 	nc       *nats.Conn
 	scope    *muster.Scope
 	pubsub   *pubsub.PubSub
+	sequence *pubsub.Sequencer // orders the session events handed to the hub
 	presence *presence.Tracker
 	census   *presence.Census
 
@@ -110,8 +111,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 
 	n.hub = channels.NewHubWithConfig(channels.HubConfig{
 		OnFirstSubscriber: func(topic string) { n.pubsub.JoinTopic(topic) },
-		OnLastUnsubscribe: func(topic string) { n.pubsub.LeaveTopic(topic) },
-		Tracer:            n.tracer,
+		OnLastUnsubscribe: func(topic string) {
+			n.pubsub.LeaveTopic(topic)
+			n.sequence.Forget(topic)
+		},
+		Tracer: n.tracer,
 	})
 	// Presence is node-local: each node lists the sockets joined on it.
 	n.presence = presence.NewTracker(presence.TrackerConfig{OnDiff: func(topic string, diff json.RawMessage) {

@@ -35,7 +35,8 @@ type CensusConfig struct {
 	// Incarnation identifies this run of the node. A peer that sees a
 	// higher incarnation under the same node name drops the old one's
 	// counts. Zero means the current Unix time in nanoseconds, which grows
-	// across restarts.
+	// across restarts. A Census told that its incarnation was declared dead
+	// takes a higher one (Census.Incarnation).
 	Incarnation uint64
 	// BroadcastInterval is how often local counts are broadcast. Zero
 	// means 5 s.
@@ -84,13 +85,19 @@ func DefaultCensusConfig() CensusConfig {
 // sends that sender a hello, and the sender's ack registers it if it is
 // alive. A peer departs when it says
 // bye (Stop), when it stays silent for PeerTimeout, or when a higher
-// incarnation of it registers.
+// incarnation of it registers. A departed incarnation is dead for good:
+// its hellos, acks and counts, however late they arrive, are ignored and
+// never register it again (a topic would count its viewers twice). If it
+// is in fact alive (it was only silent), it is answered "expelled" and
+// takes a new incarnation, which registers as a restart.
 //
 // Trace points: census.counts.sent (node, seq); census.peer.registered
 // (node, peer, inc); census.peer.departed (node, peer, inc, reason:
 // "bye", "timeout", "restarted"); census.counts.accepted (node, from,
 // seq); census.counts.ignored (node, from, reason: "unregistered",
-// "incarnation", "stale"); census.untracked (node, group), after a
+// "incarnation", "stale", "dead"); census.hello.ignored (node, from, inc):
+// a hello or ack of a dead incarnation; census.expelled (node, inc, new):
+// this node took incarnation new after inc was declared dead; census.untracked (node, group), after a
 // tracked member's removal.
 //
 // All methods are safe for concurrent use.
@@ -102,9 +109,10 @@ type Census struct {
 	tc   *trace.Tracer
 
 	mu      sync.Mutex
+	inc     uint64 // this node's incarnation
 	local   map[string]int
 	peers   map[string]*peer
-	gone    map[string]uint64 // highest incarnation that said bye, per node
+	gone    map[string]uint64 // highest incarnation declared dead (bye, timeout, restarted), per node
 	seq     uint64
 	started bool
 	stopped bool
@@ -141,6 +149,7 @@ func NewCensus(cfg CensusConfig) *Census {
 	}
 	c := &Census{
 		cfg:   cfg,
+		inc:   cfg.Incarnation,
 		tr:    cfg.Transport,
 		log:   cfg.Logger,
 		tc:    cfg.Tracer,
@@ -196,7 +205,7 @@ func (c *Census) Stop() {
 	c.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := c.tr.Broadcast(ctx, encodeCensus(censusMsg{Kind: kindBye, Inc: c.cfg.Incarnation})); err != nil {
+	if err := c.tr.Broadcast(ctx, encodeCensus(censusMsg{Kind: kindBye, Inc: c.Incarnation()})); err != nil {
 		c.log.Debug("census: bye not sent", zap.Error(err))
 	}
 	_ = c.tr.Close()
@@ -223,7 +232,7 @@ func (c *Census) loop(ctx context.Context) {
 
 // hello broadcasts a hello, or sends it to node to when to is not empty.
 func (c *Census) hello(ctx context.Context, to string) {
-	msg := encodeCensus(censusMsg{Kind: kindHello, Inc: c.cfg.Incarnation})
+	msg := encodeCensus(censusMsg{Kind: kindHello, Inc: c.Incarnation()})
 	var err error
 	if to == "" {
 		err = c.tr.Broadcast(ctx, msg)
@@ -240,7 +249,7 @@ func (c *Census) broadcastCounts(ctx context.Context) {
 	ext := c.external()
 	c.mu.Lock()
 	c.seq++
-	m := censusMsg{Kind: kindCounts, Inc: c.cfg.Incarnation, Seq: c.seq, Counts: c.localLocked(ext)}
+	m := censusMsg{Kind: kindCounts, Inc: c.inc, Seq: c.seq, Counts: c.localLocked(ext)}
 	c.mu.Unlock()
 	if err := c.tr.Broadcast(ctx, encodeCensus(m)); err != nil {
 		c.log.Debug("census: counts not sent", zap.Error(err))
@@ -257,6 +266,7 @@ func (c *Census) expire(now time.Time) {
 	for name, p := range c.peers {
 		if now.Sub(p.seen) > c.cfg.PeerTimeout {
 			delete(c.peers, name)
+			c.gone[name] = max(c.gone[name], p.inc)
 			gone = append(gone, name)
 			incs = append(incs, p.inc)
 		}
@@ -289,11 +299,14 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 	}
 	var evs trace.Pending // emitted once c.mu is released
 	var reply string      // kind to send back to from, if any
+	var replyInc uint64   // the incarnation an expelled reply names
 	c.mu.Lock()
 	p := c.peers[from]
 	switch m.Kind {
 	case kindHello, kindAck:
 		if m.Inc <= c.gone[from] {
+			evs.Add(c.tc, "census.hello.ignored", "node", c.self, "from", from, "inc", m.Inc)
+			reply, replyInc = kindExpelled, m.Inc
 			break
 		}
 		switch {
@@ -301,6 +314,7 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 			c.peers[from] = &peer{inc: m.Inc, seen: now}
 			evs.Add(c.tc, "census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc)
 		case m.Inc > p.inc:
+			c.gone[from] = max(c.gone[from], p.inc)
 			c.peers[from] = &peer{inc: m.Inc, seen: now}
 			evs.Add(c.tc, "census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "restarted")
 			evs.Add(c.tc, "census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc)
@@ -316,8 +330,20 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 			delete(c.peers, from)
 			evs.Add(c.tc, "census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "bye")
 		}
+	case kindExpelled:
+		if m.Inc != c.inc {
+			break // about an incarnation this node no longer runs
+		}
+		old := c.inc
+		c.inc = max(c.inc+1, uint64(time.Now().UnixNano()))
+		c.seq = 0
+		reply = kindHello
+		evs.Add(c.tc, "census.expelled", "node", c.self, "inc", old, "new", c.inc)
 	case kindCounts:
 		switch {
+		case p == nil && m.Inc <= c.gone[from]:
+			reply, replyInc = kindExpelled, m.Inc
+			evs.Add(c.tc, "census.counts.ignored", "node", c.self, "from", from, "reason", "dead")
 		case p == nil || m.Inc > p.inc:
 			if m.Inc > c.gone[from] {
 				reply = kindHello
@@ -339,13 +365,25 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 	case kindAck:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		if err := c.tr.Send(ctx, from, encodeCensus(censusMsg{Kind: kindAck, Inc: c.cfg.Incarnation})); err != nil {
+		if err := c.tr.Send(ctx, from, encodeCensus(censusMsg{Kind: kindAck, Inc: c.Incarnation()})); err != nil {
 			c.log.Debug("census: ack not sent", zap.String("to", from), zap.Error(err))
 		}
 	case kindHello:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
+		if m.Kind == kindExpelled {
+			// A new incarnation: announce it to everyone, with its counts.
+			c.hello(ctx, "")
+			c.broadcastCounts(ctx)
+			break
+		}
 		c.hello(ctx, from)
+	case kindExpelled:
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := c.tr.Send(ctx, from, encodeCensus(censusMsg{Kind: kindExpelled, Inc: replyInc})); err != nil {
+			c.log.Debug("census: expelled not sent", zap.String("to", from), zap.Error(err))
+		}
 	}
 }
 
@@ -445,6 +483,14 @@ func (c *Census) Counts() map[string]int {
 		}
 	}
 	return out
+}
+
+// Incarnation returns this node's current incarnation: CensusConfig's, or
+// a higher one taken after a peer declared it dead.
+func (c *Census) Incarnation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.inc
 }
 
 // Peers returns the registered peers and their incarnations.

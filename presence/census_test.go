@@ -252,11 +252,11 @@ func TestCensusLateCountsAfterDepartureAreIgnored(t *testing.T) {
 	f.net.Kill("b")
 	f.net.Thaw("a")
 	f.quiesce()
-	if _, err := f.tr.WaitFor(ctxT(t), trace.Kind("census.counts.ignored", "node", "a", "from", "b", "reason", "unregistered")); err != nil {
+	if _, err := f.tr.WaitFor(ctxT(t), trace.Kind("census.counts.ignored", "node", "a", "from", "b", "reason", "dead")); err != nil {
 		t.Fatalf("late counts not ignored: %v\n%s", err, f.tr.Dump())
 	}
 	wantCounts(t, a, "a", map[string]int{})
-	// a probed b with a hello; b is dead, so it stays unregistered.
+	// a told b it was expelled; b is dead, so it stays unregistered.
 	if len(a.Peers()) != 0 {
 		t.Fatalf("a registered %v", a.Peers())
 	}
@@ -369,4 +369,86 @@ func FuzzCensusDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_ = presence.Decode(b)
 	})
+}
+
+// TestCensusDeadIncarnationStaysDead: a peer declared dead (silent past the
+// peer timeout) whose hello and counts, sent before it died, arrive late is
+// not registered again: its viewers are not counted a second time next to
+// those of its restarted incarnation.
+func TestCensusDeadIncarnationStaysDead(t *testing.T) {
+	f := newFixture(t)
+	a, b := f.start("a", 1), f.start("b", 1)
+	f.quiesce()
+	for range 4 {
+		b.Inc("session:s")
+	}
+	f.syncAll()
+	wantCounts(t, a, "a", map[string]int{"session:s": 4})
+
+	// b's re-discover hello and its counts reach a's inbox while a is
+	// frozen; meanwhile a declares b dead, and b dies.
+	f.net.Freeze("a")
+	b.HelloNow()
+	b.SyncNow()
+	f.quiesce()
+	a.ExpireAt(time.Now().Add(2 * time.Minute))
+	f.net.Kill("b")
+	f.net.Thaw("a")
+	f.quiesce()
+	for _, k := range []trace.Matcher{
+		trace.Kind("census.peer.departed", "node", "a", "peer", "b", "inc", uint64(1), "reason", "timeout"),
+		trace.Kind("census.hello.ignored", "node", "a", "from", "b", "inc", uint64(1)),
+		trace.Kind("census.counts.ignored", "node", "a", "from", "b", "reason", "dead"),
+	} {
+		if _, err := f.tr.WaitFor(ctxT(t), k); err != nil {
+			t.Fatalf("waiting for %v: %v\n%s", k, err, f.tr.Dump())
+		}
+	}
+	if len(a.Peers()) != 0 {
+		t.Fatalf("a registered the dead incarnation again: %v\n%s", a.Peers(), f.tr.Dump())
+	}
+	wantCounts(t, a, "a", map[string]int{})
+
+	// b restarts with 2 viewers: a counts those, not 4 + 2.
+	b.Stop()
+	b2 := f.start("b", 2)
+	b2.Inc("session:s")
+	b2.Inc("session:s")
+	f.syncAll()
+	wantCounts(t, a, "a", map[string]int{"session:s": 2})
+	// A late hello of incarnation 1, after the restart, changes nothing.
+	a.Deliver("b", presence.Encode("hello", 1, 0, nil))
+	a.Deliver("b", presence.Encode("counts", 1, 9, map[string]int{"session:s": 4}))
+	if a.Peers()["b"] != 2 {
+		t.Fatalf("a's peers %v, want b at incarnation 2", a.Peers())
+	}
+	wantCounts(t, a, "a", map[string]int{"session:s": 2})
+}
+
+// TestCensusExpelledPeerTakesNewIncarnation: a peer declared dead that is
+// in fact alive (it was only silent) is told so when it speaks again,
+// takes a new incarnation and is registered and counted under it.
+func TestCensusExpelledPeerTakesNewIncarnation(t *testing.T) {
+	f := newFixture(t)
+	a, b := f.start("a", 1), f.start("b", 1)
+	f.quiesce()
+	b.Inc("session:s")
+	f.syncAll()
+	a.ExpireAt(time.Now().Add(2 * time.Minute)) // b was silent, as a sees it
+	wantCounts(t, a, "a", map[string]int{})
+	b.SyncNow()
+	f.quiesce()
+	if _, err := f.tr.WaitFor(ctxT(t), trace.Kind("census.expelled", "node", "b", "inc", uint64(1))); err != nil {
+		t.Fatalf("b was not told it was expelled: %v\n%s", err, f.tr.Dump())
+	}
+	inc := b.Incarnation()
+	if inc <= 1 {
+		t.Fatalf("b's incarnation after expulsion = %d, want above 1", inc)
+	}
+	if got := a.Peers()["b"]; got != inc {
+		t.Fatalf("a's peers %v, want b at incarnation %d\n%s", a.Peers(), inc, f.tr.Dump())
+	}
+	wantCounts(t, a, "a", map[string]int{"session:s": 1})
+	// b still counts a (a's incarnation was never declared dead).
+	wantCounts(t, b, "b", map[string]int{"session:s": 1})
 }

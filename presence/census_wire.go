@@ -11,6 +11,11 @@ const (
 	kindAck    = "ack"    // answer to hello, sent to the hello's sender
 	kindCounts = "counts" // the sender's local counts, broadcast on every interval
 	kindBye    = "bye"    // the sender stops
+	// kindExpelled tells a node that its incarnation inc was declared dead
+	// (it stayed silent past the peer timeout, or a newer incarnation of it
+	// registered): its messages are ignored until it takes a new
+	// incarnation, which it does on receipt.
+	kindExpelled = "expelled"
 )
 
 // censusMsg is the JSON body of every Census message:
@@ -46,7 +51,7 @@ func decodeCensus(b []byte) (censusMsg, error) {
 		return censusMsg{}, fmt.Errorf("%w: %w", ErrBadMessage, err)
 	}
 	switch m.Kind {
-	case kindHello, kindAck, kindBye:
+	case kindHello, kindAck, kindBye, kindExpelled:
 	case kindCounts:
 		for g, n := range m.Counts {
 			if n < 0 {

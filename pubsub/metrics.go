@@ -21,6 +21,10 @@ type Metrics struct {
 	NodeMessages prometheus.Counter     // relay_pubsub_node_messages_total: messages sent to other nodes
 	Floods       prometheus.Counter     // relay_pubsub_floods_total: floods started
 	Errors       *prometheus.CounterVec // relay_pubsub_errors_total{op}: failures by Op*
+	// Sequencer's counters.
+	ReorderHeld    prometheus.Counter // relay_reorder_held_total: events that arrived ahead of a missing one and waited
+	ReorderDropped prometheus.Counter // relay_reorder_dropped_total: events at or before one already handed on (second copies, late arrivals)
+	ReorderGaps    prometheus.Counter // relay_reorder_gaps_total: reorder windows that ran out (or overflowed) with an event still missing
 }
 
 // NewMetrics creates the counters on reg (a nil reg registers nowhere, for
@@ -31,10 +35,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	m := &Metrics{
-		Published:    counter("relay_events_published_total", "Session events published by this node."),
-		Deliveries:   counter("relay_deliveries_total", "Event frames enqueued to local sockets."),
-		NodeMessages: counter("relay_pubsub_node_messages_total", "Event messages sent to other nodes (routed to a router or delivered to a target)."),
-		Floods:       counter("relay_pubsub_floods_total", "Events flooded to every node because the routing table could not be trusted."),
+		Published:      counter("relay_events_published_total", "Session events published by this node."),
+		Deliveries:     counter("relay_deliveries_total", "Event frames enqueued to local sockets."),
+		NodeMessages:   counter("relay_pubsub_node_messages_total", "Event messages sent to other nodes (routed to a router or delivered to a target)."),
+		Floods:         counter("relay_pubsub_floods_total", "Events flooded to every node because the routing table could not be trusted."),
+		ReorderHeld:    counter("relay_reorder_held_total", "Session events that arrived at this node ahead of a missing one and waited in the reorder window."),
+		ReorderDropped: counter("relay_reorder_dropped_total", "Session events dropped at this node because one at or after them was already handed to its sockets (a second copy, or a late arrival)."),
+		ReorderGaps:    counter("relay_reorder_gaps_total", "Reorder windows that ran out, or overflowed, with an event still missing: the held events went out and clients see a seq jump."),
 		Errors: f.NewCounterVec(prometheus.CounterOpts{Name: "relay_pubsub_errors_total",
 			Help: "Routed-delivery failures by op: send, flood (transport errors), decode (malformed or unknown-version messages), join (Muster group join)."}, []string{"op"}),
 	}

@@ -488,6 +488,7 @@ func (noLog) Append(context.Context, Event) error { return nil }
 func (noLog) Since(context.Context, string, Position, int) ([]Event, bool, error) {
 	return nil, false, nil
 }
+func (noLog) Top(context.Context, string) (Position, bool, error) { return Position{}, false, nil }
 
 // noPublisher is the publisher of a Manager configured without one.
 type noPublisher struct{}

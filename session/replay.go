@@ -42,8 +42,18 @@ type ReplayResult struct {
 // so the joiner already holds it (replayed, or at or before its cursor).
 func (r ReplayResult) Duplicate(pos Position) bool { return !r.Skip.Less(pos) }
 
+// SessionHead reports a session's authoritative newest position as its
+// owner or its session store knows it: the owner's current (epoch, seq)
+// when the owner runs on the caller's node, else the stored (epoch, seq).
+// ok is false when it could not be read. Replay asks for it only when the
+// log itself cannot say whether the joiner holds the session's top: no log
+// (never written, or expired) or a cursor beyond the log's top.
+type SessionHead func(ctx context.Context) (head Position, ok bool)
+
 // Replay reads session id's log after cursor (up to limit events; limit
-// <= 0 means the log's own bound) and applies the replay seam's rules:
+// <= 0 means the log's own bound) and applies the replay seam's rules.
+// Recovered is true exactly when the joiner, after the replay, holds every
+// event of the session after its cursor:
 //
 //   - a log that does not reach back to the cursor, or events missing
 //     between two it holds, gives Recovered false with ReplayTruncated.
@@ -51,34 +61,104 @@ func (r ReplayResult) Duplicate(pos Position) bool { return !r.Skip.Less(pos) }
 //     the next seq), or an epoch's first event whose Prev (where the previous
 //     epoch ended) is after the event before it: the previous epoch's tail
 //     is not there. Across an epoch without Prev, a seq jump counts;
-//   - a cursor ahead of the log (the log neither reaches back to it nor
-//     holds anything after it: a restarted embedded node, a wiped store)
-//     is treated as the top: Skip is zero, so every live event reaches the
-//     joiner instead of those up to its cursor being dropped;
+//   - a log that does not reach back to the cursor still recovers when its
+//     first event is an epoch's first whose Prev is at or before the cursor
+//     (the previous epoch ended there: nothing lies between);
+//   - a cursor at the log's top is recovered (nothing follows it yet);
+//   - with no log, or a cursor beyond the log's top, head decides: a
+//     cursor at the head's seq holds everything (a log that expired while
+//     the session was idle), a head past the cursor means events the log
+//     lost (ReplayTruncated), a head before the cursor (or an unknown head)
+//     means the cursor is ahead of the session (a wiped store, another
+//     cluster): ReplayTruncated, or ReplayUnavailable when head could not be
+//     read. A nil head (the caller has no such source) leaves the log's
+//     verdict: a joiner at the zero cursor with no log is recovered, any
+//     other cursor beyond the log is ReplayTruncated;
+//   - a cursor ahead of the session, or of a log that neither reaches back
+//     to it nor holds anything after it, is treated as the top: Skip is
+//     zero, so every live event reaches the joiner instead of those up to
+//     its cursor being dropped;
 //   - otherwise Skip is Top, and live copies of replayed events are dropped.
 //
 // A log read error gives Recovered false with ReplayUnavailable, Top and
 // Skip at the cursor, and the error (wrapped) for the caller to count and
 // log; the result is still the one to answer with.
-func Replay(ctx context.Context, log ReplayLog, id string, cursor Position, limit int) (ReplayResult, error) {
+func Replay(ctx context.Context, log ReplayLog, id string, cursor Position, limit int, head SessionHead) (ReplayResult, error) {
 	res := ReplayResult{Top: cursor, Skip: cursor, Recovered: true}
 	events, complete, err := log.Since(ctx, id, cursor, limit)
+	var top Position
+	var exists bool
+	if err == nil {
+		// Read after Since: top only grows, so a cursor beyond it was
+		// beyond everything Since could have seen.
+		top, exists, err = log.Top(ctx, id)
+	}
 	if err != nil {
 		res.Recovered, res.Reason = false, ReplayUnavailable
 		return res, fmt.Errorf("session: replay %s after %s: %w", id, cursor, err)
 	}
-	if !complete {
-		res.Recovered, res.Reason = false, ReplayTruncated
-	}
+	truncate := func() { res.Recovered, res.Reason = false, ReplayTruncated }
 	for _, ev := range events {
 		if missed(res.Top, ev) {
-			res.Recovered, res.Reason = false, ReplayTruncated
+			truncate()
 		}
 		res.Top = ev.Pos()
 	}
 	res.Events, res.Skip = events, res.Top
-	if !complete && len(events) == 0 {
-		res.Skip = Position{}
+	switch {
+	case len(events) > 0:
+		// A log that does not reach back to the cursor still recovers
+		// when its first event names the cursor as where the previous
+		// epoch ended (a log created afresh by a new owner after expiry).
+		if first := events[0]; !complete && (first.Prev == nil || first.Epoch == cursor.Epoch || missed(cursor, first)) {
+			truncate()
+		}
+	case exists && !top.Less(cursor):
+		// Nothing after the cursor; it is at the top, or below it with the
+		// events between trimmed.
+		if !complete {
+			truncate()
+		}
+	case cursor.IsZero() && !exists:
+		// A joiner holding nothing, and no log: recovered only when the
+		// session has no event either.
+		if head == nil {
+			break
+		}
+		if h, ok := head(ctx); !ok {
+			res.Recovered, res.Reason = false, ReplayUnavailable
+		} else if h.Seq > 0 {
+			truncate()
+		}
+	default: // no log, or a cursor beyond the log's top
+		var h Position
+		ok := false
+		if head != nil {
+			h, ok = head(ctx)
+		}
+		switch {
+		case ok && h.Seq == cursor.Seq && !h.Less(Position{Epoch: cursor.Epoch}):
+			// The joiner holds the session's top; the log expired or
+			// lost nothing the joiner lacks.
+		case ok && cursor.Less(h) && h.Seq > cursor.Seq:
+			truncate() // events after the cursor the log no longer holds
+		default:
+			// Ahead of the session, or of everything known: keep every
+			// live event.
+			truncate()
+			if head != nil && !ok {
+				res.Reason = ReplayUnavailable
+			}
+			res.Skip = Position{}
+		}
 	}
 	return res, nil
+}
+
+// Contiguous reports whether ev is the event that directly follows last for
+// a holder of last: after it, and with no event missing between them (the
+// seam rule of Replay: the next seq in one epoch, or an epoch's first event
+// whose Prev is at or before last).
+func Contiguous(last Position, ev Event) bool {
+	return last.Less(ev.Pos()) && !missed(last, ev)
 }

@@ -124,6 +124,20 @@ func (l *MemoryReplayLog) Since(ctx context.Context, session string, after Posit
 	return out, !after.Less(s.floor), nil
 }
 
+// Top implements ReplayLog.
+func (l *MemoryReplayLog) Top(ctx context.Context, session string) (Position, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.live(session, l.now())
+	if s == nil || len(s.events) == 0 {
+		return Position{}, false, nil
+	}
+	return s.events[len(s.events)-1].Pos(), true, nil
+}
+
 // live returns session's log, dropping it if it has expired. l.mu is held.
 func (l *MemoryReplayLog) live(session string, now time.Time) *memoryStream {
 	s := l.logs[session]

@@ -164,6 +164,23 @@ func (l *RedisReplayLog) Since(ctx context.Context, session string, after Positi
 	return events, !after.Less(floor), nil
 }
 
+// Top implements ReplayLog: the id of the stream's last entry (one
+// XREVRANGE).
+func (l *RedisReplayLog) Top(ctx context.Context, session string) (Position, bool, error) {
+	entries, err := l.client.XRevRangeN(ctx, l.Key(session), "+", "-", 1).Result()
+	if err != nil {
+		return Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
+	}
+	if len(entries) == 0 {
+		return Position{}, false, nil
+	}
+	p, err := parseStreamID(entries[0].ID)
+	if err != nil {
+		return Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
+	}
+	return p, true, nil
+}
+
 func parseSinceReply(res any) (Position, []any, error) {
 	parts, ok := res.([]any)
 	if !ok || len(parts) != 2 {

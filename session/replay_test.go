@@ -72,7 +72,7 @@ func TestReplayPrevMarksMissedTail(t *testing.T) {
 				{"jump", p(0, 0), true}, {"jump", p(1, 3), true},
 				{"tail", p(0, 0), false}, {"tail", p(1, 2), false},
 			} {
-				rr, err := session.Replay(ctx, log, c.id, c.from, 0)
+				rr, err := session.Replay(ctx, log, c.id, c.from, 0, nil)
 				if err != nil || rr.Recovered != c.ok {
 					t.Errorf("%s from %v: recovered %v (%s), %v; want %v", c.id, c.from, rr.Recovered, rr.Reason, err, c.ok)
 				}
@@ -111,7 +111,7 @@ func TestReplaySeam(t *testing.T) {
 				{"jump", p(1, 2), []int64{5}, p(1, 5), false, p(1, 5)},
 				{"never-written", p(1, 7), []int64{}, p(1, 7), false, session.Position{}},
 			} {
-				res, err := session.Replay(ctx, log, c.id, c.cursor, 0)
+				res, err := session.Replay(ctx, log, c.id, c.cursor, 0, nil)
 				if err != nil {
 					t.Fatalf("%s after %v: %v", c.id, c.cursor, err)
 				}
@@ -151,7 +151,7 @@ func TestReplayLimit(t *testing.T) {
 	for name, log := range replayLogs(t, 10) {
 		t.Run(name, func(t *testing.T) {
 			appendSeqs(t, log, "s", 1, 1, 2, 3, 4, 5)
-			res, err := session.Replay(context.Background(), log, "s", session.Position{Epoch: 1, Seq: 1}, 2)
+			res, err := session.Replay(context.Background(), log, "s", session.Position{Epoch: 1, Seq: 1}, 2, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +180,7 @@ func TestReplayUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cursor := session.Position{Epoch: 1, Seq: 1}
-	res, err := session.Replay(ctx, log, "s", cursor, 0)
+	res, err := session.Replay(ctx, log, "s", cursor, 0, nil)
 	if err == nil || errors.Is(err, session.ErrFenced) {
 		t.Fatalf("replay while cut off: err %v", err)
 	}

@@ -104,7 +104,7 @@ func assertResumedOnce(t *testing.T, st *stores, id string, input Position, k in
 		t.Fatalf("stored = %+v, want %v and an empty inbox", stored, want)
 	}
 	// Replay from before the takeover recovers across the epoch seam.
-	rr, err := Replay(context.Background(), st.log, id, Position{}, 0)
+	rr, err := Replay(context.Background(), st.log, id, Position{}, 0, nil)
 	if err != nil || !rr.Recovered {
 		t.Fatalf("replay from the start: recovered %v (%s), %v", rr.Recovered, rr.Reason, err)
 	}

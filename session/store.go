@@ -212,6 +212,10 @@ type ReplayLog interface {
 	// (events after pos were trimmed or expired), so the caller must refetch
 	// history another way. pos zero means "from the beginning".
 	Since(ctx context.Context, session string, after Position, limit int) (events []Event, complete bool, err error)
+	// Top returns the position of the newest event in session's log and
+	// true, or the zero Position and false when the session has no log
+	// (never written, or expired).
+	Top(ctx context.Context, session string) (top Position, ok bool, err error)
 }
 
 // Publisher delivers events live to the sockets subscribed to the session's

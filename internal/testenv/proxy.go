@@ -6,7 +6,9 @@ import (
 	"net"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TCPProxy forwards TCP connections from a listener on 127.0.0.1 to a
@@ -23,7 +25,14 @@ type TCPProxy struct {
 	closed bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
+
+	delay atomic.Int64 // ns added to every byte from the target to the client
 }
+
+// SetDelay makes every byte the target sends reach the client d later
+// (latency, with the byte order kept); 0 removes it. It applies to bytes
+// read from then on, on live and new connections.
+func (p *TCPProxy) SetDelay(d time.Duration) { p.delay.Store(int64(d)) }
 
 // Proxy starts a proxy to target ("host:port") and closes it when the test
 // ends.
@@ -150,9 +159,47 @@ func (p *TCPProxy) serve(client net.Conn) {
 			_ = tc.CloseWrite()
 		}
 	}()
-	_, _ = io.Copy(client, server)
+	p.copyDelayed(client, server)
 	_ = client.Close()
 	<-done
+}
+
+// copyDelayed copies src to dst like io.Copy, holding each chunk until
+// SetDelay's latency has passed since it was read.
+func (p *TCPProxy) copyDelayed(dst io.Writer, src io.Reader) {
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	chunks := make(chan chunk, 4096)
+	go func() {
+		defer close(chunks)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				chunks <- chunk{append([]byte(nil), buf[:n]...), time.Now().Add(time.Duration(p.delay.Load()))}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	failed := false
+	for c := range chunks {
+		if failed {
+			continue // drain, so the reader ends when src closes
+		}
+		if w := time.Until(c.at); w > 0 {
+			time.Sleep(w)
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			failed = true
+			if cl, ok := src.(io.Closer); ok {
+				_ = cl.Close()
+			}
+		}
+	}
 }
 
 // HostPort returns the "host:port" of a service URL (for Proxy's target).

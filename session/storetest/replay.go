@@ -149,6 +149,20 @@ func ReplayLogSuite(t *testing.T, newFixture func(t *testing.T, maxLen int64, tt
 		assertSince(t, f.Log, "s", session.Position{}, 0, []session.Position{pos(1, 1), pos(1, 2)}, true)
 	})
 
+	t.Run("Top", func(t *testing.T) {
+		f := newFixture(t, 3, ttl)
+		assertTop(t, f.Log, "s", session.Position{}, false)
+		for s := int64(1); s <= 5; s++ {
+			mustAppend(t, f.Log, "s", pos(1, s))
+			assertTop(t, f.Log, "s", pos(1, s), true)
+		}
+		mustAppend(t, f.Log, "s", pos(2, 4)) // a new epoch may step the seq back
+		assertTop(t, f.Log, "s", pos(2, 4), true)
+		assertTop(t, f.Log, "other", session.Position{}, false)
+		f.Advance(t, ttl+time.Second)
+		assertTop(t, f.Log, "s", session.Position{}, false)
+	})
+
 	t.Run("SessionsAreIndependent", func(t *testing.T) {
 		f := newFixture(t, 2, ttl)
 		for s := int64(1); s <= 4; s++ {
@@ -186,6 +200,14 @@ func assertSince(t *testing.T, l session.ReplayLog, id string, after session.Pos
 	}
 	if fmt.Sprint(got) != fmt.Sprint(append([]session.Position{}, want...)) || complete != wantComplete {
 		t.Fatalf("since %s %v = %v complete %v, want %v complete %v", id, after, got, complete, want, wantComplete)
+	}
+}
+
+func assertTop(t *testing.T, l session.ReplayLog, id string, want session.Position, wantOK bool) {
+	t.Helper()
+	top, ok, err := l.Top(context.Background(), id)
+	if err != nil || top != want || ok != wantOK {
+		t.Fatalf("top %s = %v %v %v, want %v %v", id, top, ok, err, want, wantOK)
 	}
 }
 
