@@ -104,7 +104,12 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	}
 	agent := opts.Agent
 	if agent == nil {
-		agent = session.EchoAgent{Delay: cfg.EchoDelay}
+		ag, err := cfg.buildAgent() // AGENT, AGENT_ROUTES
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		agent = ag
 	}
 	agent = session.StorableOutput(agent) // what a turn emits can be checkpointed
 

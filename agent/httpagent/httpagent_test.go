@@ -124,8 +124,10 @@ func TestAgentFailures(t *testing.T) {
 	cases := []failureCase{
 		{
 			name: "500_always",
-			fail: func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "model overloaded", http.StatusInternalServerError) },
-			edit: func(c *Config) { c.RetryBudget = 300 * time.Millisecond },
+			fail: func(w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, "model overloaded", http.StatusInternalServerError)
+			},
+			edit:  func(c *Config) { c.RetryBudget = 300 * time.Millisecond },
 			check: onlyFailed("gave up after", "AGENT_RETRY_BUDGET", "500 Internal Server Error", "model overloaded"),
 		},
 		{
