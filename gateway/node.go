@@ -65,7 +65,7 @@ type Node struct {
 type Options struct {
 	Logger *zap.Logger
 	Tracer *trace.Tracer
-	Agent  session.Agent // default: the echo agent with Config.EchoDelay
+	Agent  session.Agent // default: the backend Config.Agent and Config.AgentRoutes select
 }
 
 // New builds a node from cfg. With no DATABASE_URL, REDIS_URL or NATS_URL it
