@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { once } from "node:events";
 import { after, before, test } from "node:test";
-import { createAgent } from "../examples/agent-node/agent.mjs";
+import { createAgent, sign, verify } from "../examples/agent-node/agent.mjs";
 import { Inbox, join, openSocket, push, recordEvents, untilTurnEnds } from "./client.mjs";
 import { startCluster, waitClusterReady } from "./cluster.mjs";
 import { dump, freePort, startGateway, uniqueId } from "./gateway.mjs";
@@ -192,4 +192,16 @@ test("AGENT=http with the wrong AGENT_SECRET: the agent refuses the signature an
   assert.match(turn.at(-1).payload.data.error, /401 Unauthorized: Relay-Signature does not match/);
   const seen = agent.turns.items.find((r) => r.request?.session === id);
   assert.equal(seen.signature, "Relay-Signature does not match");
+});
+
+test("the example agent signs and verifies as docs/AGENT_PROTOCOL.md shows", () => {
+  const body = Buffer.from('{"a":1}');
+  const sig = sign("my-agent-secret", "1764590400", body);
+  assert.equal(sig, "v1=f874c31f595ac18643d39228e9950972ac6a5de83f4f59248f46aa23fdce4287");
+  const headers = { "relay-timestamp": "1764590400", "relay-signature": sig };
+  assert.equal(verify("my-agent-secret", headers, body, 1764590400 + 60), null);
+  assert.match(verify("my-agent-secret", headers, body, 1764590400 + 301), /replay window/);
+  assert.match(verify("other", headers, body, 1764590400), /does not match/);
+  assert.match(verify("my-agent-secret", headers, Buffer.from('{"a":2}'), 1764590400), /does not match/);
+  assert.match(verify("my-agent-secret", { "relay-signature": sig }, body), /Relay-Timestamp/);
 });
