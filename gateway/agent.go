@@ -2,18 +2,20 @@ package gateway
 
 import (
 	"fmt"
+	neturl "net/url"
 	"strings"
 
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/agent/httpagent"
 	"github.com/relaygw/relay/session"
+	"go.uber.org/zap"
 )
 
 // buildAgent returns the agent the AGENT and AGENT_ROUTES settings select:
 // the AGENT backend, behind a router when AGENT_ROUTES maps session-id
 // prefixes to other backends. Errors name the setting to fix.
-func (c Config) buildAgent() (session.Agent, error) {
-	def, err := c.agentBackend(c.Agent, "AGENT")
+func (c Config) buildAgent(log *zap.Logger) (session.Agent, error) {
+	def, err := c.agentBackend(c.Agent, "AGENT", log)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +33,7 @@ func (c Config) buildAgent() (session.Agent, error) {
 			return nil, fmt.Errorf("gateway: AGENT_ROUTES names the prefix %q twice", prefix)
 		}
 		seen[prefix] = true
-		ag, err := c.agentBackend(backend, "AGENT_ROUTES "+prefix)
+		ag, err := c.agentBackend(backend, "AGENT_ROUTES "+prefix, log)
 		if err != nil {
 			return nil, err
 		}
@@ -41,9 +43,10 @@ func (c Config) buildAgent() (session.Agent, error) {
 }
 
 // agentBackend builds one backend by name (setting names where it was
-// given, for errors). A name that is an http(s) URL is the http backend at
-// that URL. Adding a backend is one more case here.
-func (c Config) agentBackend(name, setting string) (session.Agent, error) {
+// given, for errors; log for the backend's own logs). A name that is an
+// http(s) URL is the http backend at that URL. Adding a backend is one more
+// case here.
+func (c Config) agentBackend(name, setting string, log *zap.Logger) (session.Agent, error) {
 	url := c.AgentURL
 	if strings.HasPrefix(name, "http://") || strings.HasPrefix(name, "https://") {
 		name, url = "http", name
@@ -59,6 +62,7 @@ func (c Config) agentBackend(name, setting string) (session.Agent, error) {
 			URL: url, Secret: c.AgentSecret,
 			TurnTimeout: c.AgentTurnTimeout, RetryBudget: c.AgentRetryBudget,
 			MaxEventBytes: c.AgentMaxEventBytes, MaxReplyBytes: c.AgentMaxReplyBytes,
+			Logger: log.With(zap.String("agent", redactURL(url))),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: %s=http: %w", setting, err)
@@ -66,4 +70,13 @@ func (c Config) agentBackend(name, setting string) (session.Agent, error) {
 		return ag, nil
 	}
 	return nil, fmt.Errorf("gateway: %s=%q is not an agent backend; use echo or http", setting, name)
+}
+
+// redactURL returns raw with any password replaced (for logs).
+func redactURL(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }

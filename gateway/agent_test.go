@@ -7,13 +7,14 @@ import (
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/agent/httpagent"
 	"github.com/relaygw/relay/session"
+	"go.uber.org/zap"
 )
 
 // AGENT and AGENT_ROUTES select the backend; a setting that cannot work is
 // refused by Validate with an error naming it.
 func TestAgentSetting(t *testing.T) {
 	base := DefaultConfig()
-	if ag, err := base.buildAgent(); err != nil {
+	if ag, err := base.buildAgent(zap.NewNop()); err != nil {
 		t.Fatal(err)
 	} else if _, ok := ag.(session.EchoAgent); !ok {
 		t.Fatalf("default agent %T, want the echo agent", ag)
@@ -21,14 +22,14 @@ func TestAgentSetting(t *testing.T) {
 
 	c := base
 	c.Agent, c.AgentURL, c.AgentSecret = "http", "http://127.0.0.1:9/agent", "s"
-	if ag, err := c.buildAgent(); err != nil {
+	if ag, err := c.buildAgent(zap.NewNop()); err != nil {
 		t.Fatal(err)
 	} else if _, ok := ag.(*httpagent.Agent); !ok {
 		t.Fatalf("AGENT=http built %T", ag)
 	}
 
 	c.AgentRoutes = []string{"support-=https://support.example/agent", "demo-=echo", "support-vip-=http"}
-	ag, err := c.buildAgent()
+	ag, err := c.buildAgent(zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/muster"
+	"go.uber.org/zap"
 )
 
 // Config is the whole configuration of a gateway node. The struct tags feed
@@ -105,7 +106,7 @@ func (c Config) Validate() error {
 	if err := c.validateStores(); err != nil {
 		return err
 	}
-	if _, err := c.buildAgent(); err != nil {
+	if _, err := c.buildAgent(zap.NewNop()); err != nil {
 		return err
 	}
 	switch {

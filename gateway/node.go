@@ -104,7 +104,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	}
 	agent := opts.Agent
 	if agent == nil {
-		ag, err := cfg.buildAgent() // AGENT, AGENT_ROUTES
+		ag, err := cfg.buildAgent(n.log) // AGENT, AGENT_ROUTES
 		if err != nil {
 			n.Close()
 			return nil, err

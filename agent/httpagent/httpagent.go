@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/session"
+	"go.uber.org/zap"
 )
 
 // Defaults of Config's zero fields.
@@ -76,6 +77,8 @@ type Config struct {
 	Client *http.Client
 	// Now is the clock of the request timestamps; nil: time.Now.
 	Now func() time.Time
+	// Logger logs retried tries and failed turns; nil: zap.NewNop().
+	Logger *zap.Logger
 }
 
 // Agent is a session.Agent (and session.Resumer) backed by an HTTP agent.
@@ -121,6 +124,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
 	}
 	return &Agent{cfg: cfg}, nil
 }
@@ -212,15 +218,25 @@ func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (
 			return msg, nil
 		}
 		if ctx.Err() != nil {
-			return session.Message{}, context.Cause(ctx)
+			err := context.Cause(ctx)
+			if errors.As(err, new(errTurnTimeout)) {
+				a.fail(turn, try, err)
+			}
+			return session.Message{}, err
 		}
 		var re retryable
 		if started || !errors.As(err, &re) {
+			a.fail(turn, try, err)
 			return session.Message{}, err
 		}
 		if time.Now().Add(wait).After(deadline) {
-			return session.Message{}, fmt.Errorf("httpagent: gave up after %d tries within AGENT_RETRY_BUDGET (%v): %w", try, a.cfg.RetryBudget, err)
+			err = fmt.Errorf("httpagent: gave up after %d tries within AGENT_RETRY_BUDGET (%v): %w", try, a.cfg.RetryBudget, err)
+			a.fail(turn, try, err)
+			return session.Message{}, err
 		}
+		a.cfg.Logger.Warn("agent try failed before its first event; retrying",
+			zap.String("session", turn.Session), zap.Stringer("turn", turn.ID), zap.Int("try", try),
+			zap.Duration("backoff", wait), zap.Error(err))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -230,6 +246,12 @@ func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (
 		}
 		wait = min(2*wait, retryMax)
 	}
+}
+
+// fail logs a turn run that ends in an error of the agent (not a cancel).
+func (a *Agent) fail(turn session.Turn, try int, err error) {
+	a.cfg.Logger.Warn("agent turn failed", zap.String("session", turn.Session), zap.Stringer("turn", turn.ID),
+		zap.Int("attempt", turn.Attempt), zap.Int("try", try), zap.Error(err))
 }
 
 func (a *Agent) request(turn session.Turn) Request {
