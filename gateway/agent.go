@@ -80,3 +80,17 @@ func redactURL(raw string) string {
 	}
 	return u.Redacted()
 }
+
+// redactRoutes returns AGENT_ROUTES entries with any URL password replaced
+// (for logs).
+func redactRoutes(routes []string) []string {
+	out := make([]string, len(routes))
+	for i, r := range routes {
+		prefix, backend, _ := strings.Cut(r, "=")
+		if strings.Contains(backend, "://") {
+			backend = redactURL(backend)
+		}
+		out[i] = prefix + "=" + backend
+	}
+	return out
+}

@@ -110,6 +110,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 			return nil, err
 		}
 		agent = ag
+		n.log.Info("agent backend", zap.String("agent", cfg.Agent), zap.Strings("routes", redactRoutes(cfg.AgentRoutes)))
 	}
 	agent = session.StorableOutput(agent) // what a turn emits can be checkpointed
 
