@@ -28,6 +28,10 @@ func (frozenTimer) Stop() bool                           { return true }
 // A's turn stops, and the agent sees A's request closed. Clients get each
 // word once; the reply is whole.
 func TestFenceClosesRequest(t *testing.T) {
+	forEachStores(t, testFenceClosesRequest)
+}
+
+func testFenceClosesRequest(t *testing.T, st *stores) {
 	resumed := make(chan struct{})
 	closedA := make(chan struct{})
 	srv := newAgentServer(t, func(w http.ResponseWriter, r *http.Request, req Request) {
@@ -42,9 +46,6 @@ func TestFenceClosesRequest(t *testing.T) {
 		close(resumed)
 		sse(w, `{"type":"delta","data":{"text":"two"}}`, `{"type":"done"}`)
 	})
-	storeClock := session.NewManualClock(time.Unix(1_700_000_000, 0))
-	st := newStores()
-	st.leases = session.NewMemoryLeaseStore(session.WithMemoryClock(storeClock.Now))
 	newManager := func(owner string) *session.Manager {
 		m := session.NewManager(session.Config{
 			Owner: owner, Agent: session.StorableOutput(newAgent(t, srv.URL, nil)),
@@ -58,7 +59,7 @@ func TestFenceClosesRequest(t *testing.T) {
 	post(t, a, "s1", "count")
 	st.rec.waitEvents(t, "s1", func(evs []session.Event) bool { return slices.Contains(types(evs), "delta") })
 
-	storeClock.Advance(session.DefaultConfig().LeaseTTL + time.Second) // A's lease lapses
+	st.advance(session.DefaultConfig().LeaseTTL + time.Second) // A's lease lapses
 	b := newManager("b")
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
 )
 
@@ -110,13 +111,49 @@ func lastTurn(evs []session.Event) []session.Event {
 	return nil
 }
 
-// stores are one set of in-memory session stores that several Managers
-// can share.
+// stores are one set of session stores that several Managers can share.
 type stores struct {
-	leases *session.MemoryLeaseStore
-	store  *session.MemorySessionStore
-	log    *session.MemoryReplayLog
+	leases session.LeaseStore
+	store  session.SessionStore
+	log    session.ReplayLog
 	rec    *recorder
+	// advance makes d pass on the lease store's clock (nil: the stores
+	// cannot).
+	advance func(d time.Duration)
+}
+
+// clusterStores are the stores of cluster mode: Postgres leases and
+// session store on a fresh schema, the Redis replay log under a fresh key
+// prefix. Lease time passes by moving expires_at into the past.
+func clusterStores(t *testing.T) *stores {
+	pool := testenv.Postgres(t)
+	client, prefix := testenv.Redis(t)
+	return &stores{
+		leases: session.NewPostgresLeaseStore(pool),
+		store:  session.NewPostgresSessionStore(pool),
+		log:    session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour}),
+		rec:    newRecorder(),
+		advance: func(d time.Duration) {
+			if _, err := pool.Exec(context.Background(), "UPDATE agent_leases SET expires_at = expires_at - $1::interval", d); err != nil {
+				t.Fatalf("advance lease time by %v: %v", d, err)
+			}
+		},
+	}
+}
+
+// memoryStoresAt are in-memory stores whose lease store reads clock.
+func memoryStoresAt(clock *session.ManualClock) *stores {
+	st := newStores()
+	st.leases = session.NewMemoryLeaseStore(session.WithMemoryClock(clock.Now))
+	st.advance = clock.Advance
+	return st
+}
+
+// forEachStores runs f on in-memory stores and on the cluster stores
+// (real Postgres and Redis).
+func forEachStores(t *testing.T, f func(t *testing.T, st *stores)) {
+	t.Run("memory", func(t *testing.T) { f(t, memoryStoresAt(session.NewManualClock(time.Unix(1_700_000_000, 0)))) })
+	t.Run("cluster", func(t *testing.T) { f(t, clusterStores(t)) })
 }
 
 func newStores() *stores {

@@ -338,6 +338,10 @@ func TestConnectRefused(t *testing.T) {
 // resume information (partial text, journal cursor); the final message is
 // the whole reply.
 func TestDrainClosesRequestAndNextOwnerResumes(t *testing.T) {
+	forEachStores(t, testDrainClosesRequestAndNextOwnerResumes)
+}
+
+func testDrainClosesRequestAndNextOwnerResumes(t *testing.T, st *stores) {
 	disconnected := make(chan struct{})
 	srv := newAgentServer(t, func(w http.ResponseWriter, r *http.Request, req Request) {
 		if req.Resume == nil {
@@ -348,7 +352,6 @@ func TestDrainClosesRequestAndNextOwnerResumes(t *testing.T) {
 		}
 		sse(w, `{"type":"delta","data":{"text":"two"}}`, `{"type":"message","data":{"content":"`+req.Resume.Text+`two"}}`)
 	})
-	st := newStores()
 	a := st.manager(t, "a", newAgent(t, srv.URL, nil))
 	acc := post(t, a, "s1", "count")
 	st.rec.waitEvents(t, "s1", func(evs []session.Event) bool { return slices.Contains(types(evs), "delta") })
