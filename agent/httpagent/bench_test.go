@@ -110,3 +110,56 @@ func BenchmarkHTTPTurnParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "turns/s")
 }
+
+// turnEnds is a session Publisher that signals each turn's end.
+type turnEnds chan struct{}
+
+func (c turnEnds) Publish(_ context.Context, ev session.Event) error {
+	if ev.Type == session.TypeTurnCompleted || ev.Type == session.TypeTurnFailed {
+		c <- struct{}{}
+	}
+	return nil
+}
+
+// BenchmarkSessionTurn measures whole turns through a session Manager on
+// in-memory stores (accept, turn_started, every delta appended to the
+// replay log and published, the turn's end written): ns/op is one turn of
+// 20 deltas, each in a new session, one after the other. "echo" is the built-in agent
+// (no delay) streaming 20 words, "http" the HTTP backend against an agent
+// that streams 20 deltas instantly; the difference is what the HTTP
+// backend adds to a turn.
+func BenchmarkSessionTurn(b *testing.B) {
+	srv := instantAgent(b, 20, "sse")
+	hag, err := New(Config{URL: srv.URL, Secret: testSecret})
+	if err != nil {
+		b.Fatal(err)
+	}
+	words := bytes.Repeat([]byte("token42 "), 20)
+	for _, c := range []struct {
+		name string
+		ag   session.Agent
+	}{{"echo", session.EchoAgent{}}, {"http", hag}} {
+		ag := c.ag
+		b.Run(c.name, func(b *testing.B) {
+			ends := make(turnEnds, 1)
+			m := session.NewManager(session.Config{
+				Owner: "bench", Agent: session.StorableOutput(ag),
+				Leases: session.NewMemoryLeaseStore(), Store: session.NewMemorySessionStore(),
+				Log: session.NewMemoryReplayLog(1000, time.Hour), Publisher: ends,
+			})
+			defer m.Close()
+			data := []byte(fmt.Sprintf(`{"text":%q}`, words))
+			ctx := context.Background()
+			i := 0
+			start := time.Now()
+			for b.Loop() {
+				i++
+				if _, err := m.Accept(ctx, fmt.Sprintf("s%d", i), session.Input{Type: "message", Data: data}); err != nil {
+					b.Fatal(err)
+				}
+				<-ends
+			}
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "turns/s")
+		})
+	}
+}
