@@ -319,7 +319,7 @@ func TestConnectRefused(t *testing.T) {
 	t.Cleanup(tr.CloseIdleConnections)
 	st := newStores()
 	m := st.manager(t, "n1", newAgent(t, srv.URL, func(c *Config) {
-		c.RetryBudget = 500 * time.Millisecond
+		c.RetryBudget = 2 * time.Second // tries at about 0, 0.1, 0.3, 0.7 and 1.5 s
 		c.Client = &http.Client{Transport: tr}
 	}))
 	post(t, m, "s1", "one")
