@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/muster"
+	"go.uber.org/zap"
 )
 
 // Config is the whole configuration of a gateway node. The struct tags feed
@@ -58,6 +59,16 @@ type Config struct {
 	HistoryWindow  int           `name:"history-window" env:"HISTORY_WINDOW" default:"50" help:"Newest history messages a session's agent is given as context."`
 
 	MaxTurnAttempts int `name:"max-turn-attempts" env:"MAX_TURN_ATTEMPTS" default:"3" help:"Runs a turn gets (first run, resumes and restarts on later owners) before it ends as turn_failed."`
+
+	// Agent backends (README "Bring your own agent"; agent.go).
+	Agent              string        `name:"agent" env:"AGENT" default:"echo" help:"Agent backend running every session's turns: echo (built in) or http (AGENT_URL, docs/AGENT_PROTOCOL.md)."`
+	AgentRoutes        []string      `name:"agent-routes" env:"AGENT_ROUTES" help:"Comma-separated prefix=backend pairs: a session whose id starts with prefix runs on backend (a backend name as for AGENT, or an http(s) URL of an HTTP agent); the longest prefix wins, AGENT serves the rest."`
+	AgentURL           string        `name:"agent-url" env:"AGENT_URL" help:"URL the http backend POSTs each turn to."`
+	AgentSecret        string        `name:"agent-secret" env:"AGENT_SECRET" help:"Shared secret the http backend signs its requests with (HMAC-SHA256, Relay-Signature header)."`
+	AgentTurnTimeout   time.Duration `name:"agent-turn-timeout" env:"AGENT_TURN_TIMEOUT" default:"5m" help:"Longest turn run of the http backend, request to end of stream; then the turn fails."`
+	AgentRetryBudget   time.Duration `name:"agent-retry-budget" env:"AGENT_RETRY_BUDGET" default:"10s" help:"Time the http backend retries (with backoff) a request that failed before the agent's first event."`
+	AgentMaxEventBytes int           `name:"agent-max-event-bytes" env:"AGENT_MAX_EVENT_BYTES" default:"65536" help:"Largest event in an agent's response stream; larger fails the turn."`
+	AgentMaxReplyBytes int           `name:"agent-max-reply-bytes" env:"AGENT_MAX_REPLY_BYTES" default:"1048576" help:"Largest whole reply (all event data of a turn); larger fails the turn."`
 }
 
 // DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".
@@ -71,6 +82,8 @@ func DefaultConfig() Config {
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
+		Agent: "echo", AgentTurnTimeout: 5 * time.Minute, AgentRetryBudget: 10 * time.Second,
+		AgentMaxEventBytes: 64 << 10, AgentMaxReplyBytes: 1 << 20,
 	}
 }
 
@@ -92,6 +105,9 @@ func (c Config) renewMargin() time.Duration { return min(2*time.Second, c.LeaseT
 // node's own in-memory log, which lacks the events other owners wrote.
 func (c Config) Validate() error {
 	if err := c.validateStores(); err != nil {
+		return err
+	}
+	if _, err := c.buildAgent(zap.NewNop()); err != nil {
 		return err
 	}
 	switch {

@@ -66,7 +66,7 @@ type Node struct {
 type Options struct {
 	Logger *zap.Logger
 	Tracer *trace.Tracer
-	Agent  session.Agent // default: the echo agent with Config.EchoDelay
+	Agent  session.Agent // default: the backend Config.Agent and Config.AgentRoutes select
 }
 
 // New builds a node from cfg. With no DATABASE_URL, REDIS_URL or NATS_URL it
@@ -105,7 +105,13 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	}
 	agent := opts.Agent
 	if agent == nil {
-		agent = session.EchoAgent{Delay: cfg.EchoDelay}
+		ag, err := cfg.buildAgent(n.log) // AGENT, AGENT_ROUTES
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		agent = ag
+		n.log.Info("agent backend", zap.String("agent", cfg.Agent), zap.Strings("routes", redactRoutes(cfg.AgentRoutes)))
 	}
 	agent = session.StorableOutput(agent) // what a turn emits can be checkpointed
 

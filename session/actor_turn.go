@@ -288,7 +288,7 @@ func (a *actor) startTurn() {
 	a.turn = &turnRun{ctx: ctx, cancel: cancel, input: p}
 	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
 		"input_epoch", p.Epoch, "input_seq", p.Seq, "attempt", attempt, "resumed", resume != nil)
-	turn := Turn{Session: a.id, Input: p.Input, History: before, Resume: resume}
+	turn := Turn{Session: a.id, ID: p.pos(), Attempt: attempt, Input: p.Input, History: before, Resume: resume}
 	a.m.wg.Add(1)
 	go func() {
 		defer a.m.wg.Done()

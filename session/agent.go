@@ -14,6 +14,13 @@ type Message struct {
 // Turn is the input of one agent turn.
 type Turn struct {
 	Session string
+	// ID is the position of the turn's input in the session's stream
+	// (written "<epoch>-<seq>", e.g. 3-17): unique within the session and
+	// the same on every run of the turn, on any owner.
+	ID Position
+	// Attempt is this run's attempt number: 1 for the turn's first run,
+	// then 2, 3, … for each resume or restart on a later owner.
+	Attempt int
 	Input   Input
 	History []Message // the conversation before this turn, read-only
 	// Resume is set when this run continues a turn an earlier owner left

@@ -4,11 +4,13 @@
 // without a gap), renders the streaming reply as deltas arrive, shows the (epoch, seq) of
 // every event, which node serves the socket (join reply "node") and which owns the
 // session (join reply "owner", refreshed from GET /api/sessions/{id}), and sends "message" pushes that follow the
-// gateway's retry directives.
+// gateway's retry directives. Event types an agent passes through (tool_call, tool_result,
+// reasoning, status, …) show as collapsible rows inside the reply, between its text.
 import "../static/style.css";
 import { Socket } from "phoenix";
 import { byId, bearer, fetchJSON, h } from "./lib/dom.js";
-import { EVENT_TYPES, compareCursor, cursorOf, formatCursor, userText } from "./lib/events.js";
+import { describeAgentEvent, isLifecycleType, isSessionEvent } from "./lib/agent-events.js";
+import { compareCursor, cursorOf, formatCursor, userText } from "./lib/events.js";
 import { pushOnce, sendWithRetry } from "./lib/retry.js";
 import { peekClaims, rememberToken, takeToken } from "./lib/token.js";
 
@@ -92,9 +94,12 @@ class SessionView {
     this.channel = sock.channel(`session:${id}`, () => ({
       last_event: this.cursor || { epoch: 0, seq: 0 },
     }));
-    for (const type of EVENT_TYPES) {
-      this.channel.on(type, (payload) => this.onEvent(type, payload));
-    }
+    // Every session event, whatever its type (agents add their own): the hook sees each
+    // message before the channel's bindings.
+    this.channel.onMessage = (event, payload) => {
+      if (isSessionEvent(event, payload)) this.onEvent(event, payload);
+      return payload;
+    };
     this.channel.onError(() => {
       if (!this.closed) setPill(ui.channelState, "rejoining", "warn");
     });
@@ -199,7 +204,55 @@ class SessionView {
     const li = h("li", { class: `msg ${role || "system"} ${state || ""}` }, h("div", { class: "role", text: role || "system" }), body);
     ui.messages.append(li);
     li.scrollIntoView({ block: "end" });
-    return { li, body };
+    // segments: the reply's text blocks, split by agent rows; text: all of it so far.
+    return { li, body, segments: [body], text: text || "", tools: new Map() };
+  }
+
+  /** The assistant bubble of the running turn, created if needed. */
+  streaming() {
+    if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
+    return this.bubble;
+  }
+
+  appendText(t) {
+    const b = this.streaming();
+    b.body.textContent += t;
+    b.text += t;
+    b.li.scrollIntoView({ block: "end" });
+  }
+
+  /** Replaces the reply's text (a restart, or a final message that differs). */
+  setText(t) {
+    const b = this.streaming();
+    for (const seg of b.segments) seg.textContent = "";
+    b.body.textContent = t;
+    b.text = t;
+  }
+
+  /**
+   * Shows an agent's own event as a collapsible row in the reply; a tool_result joins the
+   * row of its tool_call. Later deltas go below the row.
+   */
+  addAgentEvent(type, data) {
+    const b = this.streaming();
+    const v = describeAgentEvent(type, data);
+    const call = v.kind === "tool_result" && v.id ? b.tools.get(v.id) : null;
+    if (call) {
+      call.summary.textContent = v.failed ? v.title : `${call.summary.textContent} ✓`;
+      call.row.classList.toggle("failed", v.failed);
+      call.row.append(h("div", { class: "agent-label", text: v.failed ? "Error" : "Result" }), h("pre", { class: "mono", text: v.detail }));
+    } else {
+      const summary = h("summary", { text: v.title });
+      const row = v.detail
+        ? h("details", { class: `agent-event agent-${v.kind}${v.failed ? " failed" : ""}` }, summary, h("pre", { class: "mono", text: v.detail }))
+        : h("div", { class: `agent-event agent-${v.kind}` }, summary);
+      b.li.append(row);
+      if (v.kind === "tool_call" && v.id) b.tools.set(v.id, { row, summary });
+      b.body = h("div", { class: "body" });
+      b.segments.push(b.body);
+      b.li.append(b.body);
+    }
+    b.li.scrollIntoView({ block: "end" });
   }
 
   render(type, e) {
@@ -210,7 +263,7 @@ class SessionView {
         break;
       case "turn_started":
         // A restart (attempt > 1) replaces the partial reply of its turn.
-        if (this.bubble && data.attempt > 1) this.bubble.body.textContent = "";
+        if (this.bubble && data.attempt > 1) this.setText("");
         else this.bubble = this.addBubble("assistant", "", "streaming");
         break;
       case "turn_resumed":
@@ -218,17 +271,14 @@ class SessionView {
         if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
         break;
       case "delta":
-        if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
-        this.bubble.body.textContent += data.text || "";
-        this.bubble.li.scrollIntoView({ block: "end" });
+        this.appendText(typeof data.text === "string" ? data.text : "");
         break;
       case "message":
         if (data.role && data.role !== "assistant") {
           this.addBubble(data.role, data.content, "done");
           break;
         }
-        if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
-        this.bubble.body.textContent = data.content ?? this.bubble.body.textContent;
+        if (typeof data.content === "string" && data.content !== this.streaming().text) this.setText(data.content);
         break;
       case "turn_completed":
         if (this.bubble) this.bubble.li.classList.replace("streaming", "done");
@@ -242,6 +292,8 @@ class SessionView {
         this.bubble = null;
         break;
       }
+      default:
+        if (!isLifecycleType(type)) this.addAgentEvent(type, data);
     }
   }
 
