@@ -57,6 +57,17 @@ type Config struct {
 	HistoryWindow  int           `name:"history-window" env:"HISTORY_WINDOW" default:"50" help:"Newest history messages a session's agent is given as context."`
 
 	MaxTurnAttempts int `name:"max-turn-attempts" env:"MAX_TURN_ATTEMPTS" default:"3" help:"Runs a turn gets (first run, resumes and restarts on later owners) before it ends as turn_failed."`
+
+	// Agent selects the backend that runs turns (newAgent): "echo" (the
+	// built-in echo agent) or "openai" (an OpenAI-compatible chat
+	// completions endpoint, the OPENAI_* settings; gateway/agent_openai.go).
+	Agent string `name:"agent" env:"AGENT" default:"echo" help:"Agent backend: echo (built in) or openai (an OpenAI-compatible chat completions server: OPENAI_BASE_URL, OPENAI_MODEL)."`
+
+	OpenAIBaseURL     string        `name:"openai-base-url" env:"OPENAI_BASE_URL" help:"AGENT=openai: the API root, /v1 included (e.g. http://127.0.0.1:8000/v1 for vLLM, http://127.0.0.1:11434/v1 for Ollama)."`
+	OpenAIAPIKey      string        `name:"openai-api-key" env:"OPENAI_API_KEY" help:"AGENT=openai: sent as 'Authorization: Bearer <key>' (empty: no header)."`
+	OpenAIModel       string        `name:"openai-model" env:"OPENAI_MODEL" help:"AGENT=openai: the model the requests name."`
+	OpenAIIdleTimeout time.Duration `name:"openai-idle-timeout" env:"OPENAI_IDLE_TIMEOUT" default:"120s" help:"AGENT=openai: a request that receives nothing (no headers, then no stream bytes) for this long fails the turn."`
+	SystemPrompt      string        `name:"agent-system-prompt" env:"AGENT_SYSTEM_PROMPT" help:"AGENT=openai: the system message put before the history (empty: none)."`
 }
 
 // DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".
@@ -70,6 +81,7 @@ func DefaultConfig() Config {
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
+		Agent: "echo", OpenAIIdleTimeout: 120 * time.Second,
 	}
 }
 
@@ -91,6 +103,9 @@ func (c Config) renewMargin() time.Duration { return min(2*time.Second, c.LeaseT
 // node's own in-memory log, which lacks the events other owners wrote.
 func (c Config) Validate() error {
 	if err := c.validateStores(); err != nil {
+		return err
+	}
+	if err := c.validateAgent(); err != nil {
 		return err
 	}
 	switch {

@@ -65,7 +65,7 @@ type Node struct {
 type Options struct {
 	Logger *zap.Logger
 	Tracer *trace.Tracer
-	Agent  session.Agent // default: the echo agent with Config.EchoDelay
+	Agent  session.Agent // default: the backend Config.Agent selects (newAgent)
 }
 
 // New builds a node from cfg. With no DATABASE_URL, REDIS_URL or NATS_URL it
@@ -104,7 +104,11 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	}
 	agent := opts.Agent
 	if agent == nil {
-		agent = session.EchoAgent{Delay: cfg.EchoDelay}
+		var err error
+		if agent, err = newAgent(cfg); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	agent = session.StorableOutput(agent) // what a turn emits can be checkpointed
 
