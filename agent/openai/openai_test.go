@@ -219,18 +219,20 @@ func TestCancelClosesRequest(t *testing.T) {
 }
 
 // TestIdleTimeout: a provider that stops sending fails the turn with a
-// message saying so (IdleTimeout is short here; what is asserted is the
-// message, not a duration).
+// message saying so. What is asserted is the message, never a duration: on
+// a loaded machine the watchdog may also fire before the headers or
+// between the first chunks, which the message then names instead.
 func TestIdleTimeout(t *testing.T) {
 	up := newUpstream(t, reply{file: "disconnect.sse", hang: true})
-	a := testAgent(t, up.baseURL(), func(c *Config) { c.IdleTimeout = 20 * time.Millisecond })
+	a := testAgent(t, up.baseURL(), func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
 	rec := &recEmit{}
 	_, err := a.Run(context.Background(), session.Turn{Input: textInput("hi")}, rec.emit)
-	if err == nil || !strings.Contains(err.Error(), "the stream sent nothing for 20ms after 3 chunks") {
+	if err == nil || !(strings.Contains(err.Error(), "the stream sent nothing for 300ms after") || strings.Contains(err.Error(), "no response within 300ms")) {
 		t.Fatalf("Run error = %v", err)
 	}
-	if got := rec.events(); !slices.Equal(got, deltas("Once", " upon")) {
-		t.Fatalf("events %v", got)
+	got, all := rec.events(), deltas("Once", " upon")
+	if len(got) > len(all) || !slices.Equal(got, all[:len(got)]) {
+		t.Fatalf("events %v, want a prefix of %v", got, all)
 	}
 }
 
