@@ -178,3 +178,87 @@ func TestSessionHistoryReachesTheModel(t *testing.T) {
 		t.Fatalf("stored history has %d messages, want 4", n)
 	}
 }
+
+// deltaPublisher is a published that also signals each delta.
+type deltaPublisher struct {
+	*published
+	deltas chan struct{}
+}
+
+func (p deltaPublisher) Publish(ctx context.Context, e session.Event) error {
+	if err := p.published.Publish(ctx, e); err != nil {
+		return err
+	}
+	if e.Type == session.TypeDelta {
+		p.deltas <- struct{}{}
+	}
+	return nil
+}
+
+// TestDrainedTurnRestartsOnTheNextOwner: an owner draining past its window
+// in the middle of a streamed reply closes the provider's request (the
+// server sees its client go away) and hands the turn over; the next owner
+// on the same stores restarts it (turn_started, attempt 2: this backend is
+// not a Resumer), asks the model again with the same messages, and the
+// turn completes with the new reply alone.
+func TestDrainedTurnRestartsOnTheNextOwner(t *testing.T) {
+	up := newUpstream(t, reply{file: "disconnect.sse", hang: true}, reply{file: "plain.sse"})
+	leases, store, log := session.NewMemoryLeaseStore(), session.NewMemorySessionStore(), session.NewMemoryReplayLog(1000, time.Hour)
+	newManager := func(owner string, pub session.Publisher) *session.Manager {
+		m := session.NewManager(session.Config{Owner: owner, Agent: session.StorableOutput(testAgent(t, up.baseURL(), nil)),
+			Leases: leases, Store: store, Log: log, Publisher: pub})
+		t.Cleanup(m.Close)
+		return m
+	}
+	pub1 := deltaPublisher{&published{ends: make(chan session.Event, 16)}, make(chan struct{}, 16)}
+	m1 := newManager("n1/a", pub1)
+	if out := m1.Submit(context.Background(), "s3", textInput("tell me a story")); out.Kind != session.OutcomeAccepted {
+		t.Fatalf("submit: %+v", out)
+	}
+	for range 2 { // "Once", " upon"
+		select {
+		case <-pub1.deltas:
+		case <-time.After(30 * time.Second): // hang guard
+			t.Fatalf("no deltas; events %v", pub1.all())
+		}
+	}
+	// A drain whose window is already over hands the running turn over.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = m1.Drain(ctx)
+	select {
+	case <-up.gone:
+	case <-time.After(30 * time.Second): // hang guard
+		t.Fatal("the provider never saw the drained turn's request close")
+	}
+
+	pub2 := &published{ends: make(chan session.Event, 16)}
+	m2 := newManager("n2/b", pub2)
+	if n, err := m2.Recover(context.Background(), 10); err != nil || n != 1 {
+		t.Fatalf("Recover = %d, %v", n, err)
+	}
+	select {
+	case e := <-pub2.ends:
+		if e.Type != session.TypeTurnCompleted {
+			t.Fatalf("turn ended %s %s", e.Type, e.Data)
+		}
+	case <-time.After(30 * time.Second): // hang guard
+		t.Fatalf("no turn end on the next owner; events %v", pub2.all())
+	}
+	evs := pub2.all()
+	var started struct {
+		Attempt int
+		From    *session.Position
+	}
+	if evs[0].Type != session.TypeTurnStarted || json.Unmarshal(evs[0].Data, &started) != nil || started.Attempt != 2 || started.From != nil {
+		t.Fatalf("next owner's first event %s %s, want turn_started attempt 2", evs[0].Type, evs[0].Data)
+	}
+	want := append(slices.Clone(plainDeltas), ev{Type: session.TypeMessage, Data: `{"role":"assistant","content":"` + plainText + `"}`}, ev{Type: session.TypeTurnCompleted, Data: "{}"})
+	if got := sessionEvents(evs[1:]); !slices.Equal(got, want) {
+		t.Fatalf("next owner's events:\n got %s\nwant %s", fmtEvs(got), fmtEvs(want))
+	}
+	reqs := up.requests()
+	if len(reqs) != 2 || string(reqs[0].body) != string(reqs[1].body) {
+		t.Fatalf("%d requests; the restart must send the same messages:\n%s\n%s", len(reqs), reqs[0].body, reqs[len(reqs)-1].body)
+	}
+}
