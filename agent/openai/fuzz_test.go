@@ -16,17 +16,26 @@ import (
 
 // bodyAgent reads one provider stream from memory, as Agent.attempt reads
 // a response body.
-type bodyAgent struct{ body []byte }
+// With whole set it reads the body as an application/json answer.
+type bodyAgent struct {
+	body  []byte
+	whole bool
+}
 
 func (b bodyAgent) Run(ctx context.Context, _ session.Turn, emit session.Emit) (session.Message, error) {
 	st := newStream(1 << 20)
-	if err := st.read(ctx, bytes.NewReader(b.body), 4096, emit); err != nil {
+	read := func() error { return st.read(ctx, bytes.NewReader(b.body), 4096, emit) }
+	if b.whole {
+		read = func() error { return st.whole(ctx, b.body, emit) }
+	}
+	if err := read(); err != nil {
 		return session.Message{}, err
 	}
 	return session.Message{Role: "assistant", Content: st.text.String()}, nil
 }
 
-// FuzzStream feeds arbitrary bytes to the SSE reader and chunk decoder.
+// FuzzStream feeds arbitrary bytes to the SSE reader and chunk decoder,
+// and to the decoder of a whole application/json completion.
 // Whatever they accept must be emit-able: every event passes the session's
 // storable-output check (session.StorableOutput) and the input contract
 // (session.ValidateInput), with a data object, a non-reserved type; a
@@ -50,42 +59,49 @@ func FuzzStream(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var texts strings.Builder
-		ag := session.StorableOutput(bodyAgent{body: body})
-		msg, err := ag.Run(context.Background(), session.Turn{}, func(_ context.Context, typ string, data any) error {
-			raw, ok := data.(json.RawMessage)
-			if !ok {
-				t.Fatalf("emit %s: data %T is not the checked raw JSON StorableOutput hands on", typ, data)
-			}
-			switch typ {
-			case session.TypeDelta, TypeReasoning, TypeToolCall:
-			default:
-				t.Fatalf("emitted type %q", typ)
-			}
-			if err := session.ValidateInput(session.Input{Type: typ, Data: raw}); err != nil || raw[0] != '{' {
-				t.Fatalf("emitted %s %s breaks the input contract: %v", typ, raw, err)
-			}
-			if typ == session.TypeDelta {
-				var d textData
-				if err := json.Unmarshal(raw, &d); err != nil {
-					t.Fatal(err)
-				}
-				texts.WriteString(d.Text)
-			}
-			return nil
-		})
-		if err != nil {
-			var se *streamError
-			if !errors.As(err, &se) {
-				t.Fatalf("error %v is not the stream's own", err)
-			}
-			return
-		}
-		if !utf8.ValidString(msg.Content) || strings.IndexByte(msg.Content, 0) >= 0 {
-			t.Fatalf("message %q is not storable text", msg.Content)
-		}
-		if want := strings.ReplaceAll(texts.String(), "\x00", "\uFFFD"); msg.Content != want {
-			t.Fatalf("message %q, deltas %q", msg.Content, want)
+		for _, whole := range []bool{false, true} {
+			checkEmitable(t, bodyAgent{body: body, whole: whole})
 		}
 	})
+}
+
+// checkEmitable runs ag as a session would and checks what it emits and
+// returns (FuzzStream).
+func checkEmitable(t *testing.T, ag session.Agent) {
+	var texts strings.Builder
+	msg, err := session.StorableOutput(ag).Run(context.Background(), session.Turn{}, func(_ context.Context, typ string, data any) error {
+		raw, ok := data.(json.RawMessage)
+		if !ok {
+			t.Fatalf("emit %s: data %T is not the checked raw JSON StorableOutput hands on", typ, data)
+		}
+		switch typ {
+		case session.TypeDelta, TypeReasoning, TypeToolCall:
+		default:
+			t.Fatalf("emitted type %q", typ)
+		}
+		if err := session.ValidateInput(session.Input{Type: typ, Data: raw}); err != nil || raw[0] != '{' {
+			t.Fatalf("emitted %s %s breaks the input contract: %v", typ, raw, err)
+		}
+		if typ == session.TypeDelta {
+			var d textData
+			if err := json.Unmarshal(raw, &d); err != nil {
+				t.Fatal(err)
+			}
+			texts.WriteString(d.Text)
+		}
+		return nil
+	})
+	if err != nil {
+		var se *streamError
+		if !errors.As(err, &se) {
+			t.Fatalf("error %v is not the stream's own", err)
+		}
+		return
+	}
+	if !utf8.ValidString(msg.Content) || strings.IndexByte(msg.Content, 0) >= 0 {
+		t.Fatalf("message %q is not storable text", msg.Content)
+	}
+	if want := strings.ReplaceAll(texts.String(), "\x00", "\uFFFD"); msg.Content != want {
+		t.Fatalf("message %q, deltas %q", msg.Content, want)
+	}
 }

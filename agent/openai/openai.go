@@ -16,7 +16,10 @@
 //     and whoever watches the session acts on the tool call;
 //   - data: [DONE] ends the reply. A body that ends without [DONE] after a
 //     finish_reason is whole too; one that ends without either is cut short
-//     and the turn fails.
+//     and the turn fails;
+//   - a server that ignores "stream" and answers one application/json
+//     chat.completion gives the same events at once: its content as one
+//     delta, then its tool calls.
 //
 // Failures end the turn with an error naming what happened (the session
 // publishes it as turn_failed {"error":…}): an HTTP status other than 200
@@ -46,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -319,6 +323,21 @@ func (a *Agent) attempt(ctx context.Context, body []byte, st *stream, emit sessi
 		}
 		retry := resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
 		return &attemptError{msg: msg, retryable: retry, retryAfter: retryAfter(resp.Header.Get("Retry-After"))}
+	}
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt == "application/json" {
+		// A server that ignores "stream": one whole completion, or an error.
+		raw, err := io.ReadAll(io.LimitReader(w.reader(resp.Body), int64(a.cfg.MaxReplyBytes)+64<<10))
+		if err != nil {
+			return &attemptError{msg: "reading the completion failed: " + err.Error(), retryable: true}
+		}
+		if err := st.whole(ctx, raw, emit); err != nil {
+			var se *streamError
+			if errors.As(err, &se) {
+				return &attemptError{msg: se.Error()}
+			}
+			return err
+		}
+		return nil
 	}
 	err = st.read(ctx, w.reader(resp.Body), a.cfg.MaxChunkBytes, emit)
 	var se *streamError

@@ -60,6 +60,10 @@ func TestRecordedStreams(t *testing.T) {
 			errHas: []string{"400 Bad Request", "maximum context length", "context_length_exceeded"}, requests: 1},
 		{name: "401 with Ollama's string error", script: []reply{{status: 401, body: `{"error":"unauthorized"}`}},
 			errHas: []string{"401 Unauthorized", "unauthorized"}, requests: 1},
+		{name: "a whole completion when the server ignores stream", script: []reply{{body: `{"id":"chatcmpl-9","object":"chat.completion","created":1764590000,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Checking.","tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},"finish_reason":"tool_calls"}]}`}},
+			want: append(deltas("Checking."), toolCallEv("call_1", "get_weather", `{"city":"Oslo"}`)), msg: "Checking.", requests: 1},
+		{name: "an error object with status 200", script: []reply{{body: `{"object":"error","message":"The model does not exist.","type":"NotFoundError","param":null,"code":404}`}},
+			errHas: []string{"the provider reported an error: The model does not exist. (type NotFoundError, code 404)"}, requests: 1},
 		{name: "502 with a non-JSON body", script: []reply{{status: 502, body: "<html>Bad Gateway</html>"}},
 			errHas: []string{"502 Bad Gateway", "<html>Bad Gateway</html>"}, requests: 3},
 	}

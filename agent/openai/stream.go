@@ -210,6 +210,60 @@ func (s *stream) chunk(ctx context.Context, data []byte, emit session.Emit) erro
 	return nil
 }
 
+// completion is a whole (not streamed) chat.completion, as far as it is
+// read.
+type completion struct {
+	Object  string          `json:"object"`
+	Error   json.RawMessage `json:"error"`
+	Choices []struct {
+		Index   int `json:"index"`
+		Message struct {
+			Content   *string         `json:"content"`
+			ToolCalls []toolCallDelta `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason *string `json:"finish_reason"`
+	} `json:"choices"`
+}
+
+// whole handles a 200 application/json answer: an error object, or one
+// chat.completion, emitted as its content in one delta and its tool calls
+// (each a whole call, its index or its position giving its order).
+func (s *stream) whole(ctx context.Context, raw []byte, emit session.Emit) error {
+	var c completion
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return &streamError{msg: fmt.Sprintf("the answer is application/json but not a chat.completion (%s): %q", err, clip(raw, 200))}
+	}
+	if (len(c.Error) > 0 && string(c.Error) != "null") || c.Object == "error" {
+		return &streamError{msg: "the provider reported an error: " + errorText(raw)}
+	}
+	for _, ch := range c.Choices {
+		if ch.Index != 0 {
+			continue
+		}
+		if m := ch.Message; m.Content != nil && *m.Content != "" {
+			if err := s.out(ctx, emit, session.TypeDelta, textData{Text: *m.Content}, len(*m.Content)); err != nil {
+				return err
+			}
+			s.text.WriteString(*m.Content)
+		}
+		for i, tc := range ch.Message.ToolCalls {
+			if tc.Index == nil {
+				tc.Index = &i
+			}
+			if err := s.toolFragment(tc); err != nil {
+				return err
+			}
+		}
+		if ch.FinishReason != nil {
+			switch *ch.FinishReason {
+			case "abort", "error":
+				return &streamError{msg: fmt.Sprintf("the provider ended the reply with finish_reason %q", *ch.FinishReason)}
+			}
+		}
+	}
+	return s.flushCalls(ctx, emit)
+}
+
 // out emits one event of n bytes of reply, within the reply's bound.
 func (s *stream) out(ctx context.Context, emit session.Emit, typ string, data any, n int) error {
 	if err := s.grow(n); err != nil {

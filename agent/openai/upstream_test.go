@@ -23,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type reply struct {
 	status int               // 0: 200 with the SSE file
 	header map[string]string // extra response headers
-	body   string            // the body of a non-200 answer
+	body   string            // a JSON body instead of the stream (status 200 unless set)
 	file   string            // testdata file streamed as text/event-stream
 	cut    bool              // after the file, drop the connection (no chunked terminator)
 	hang   bool              // after the file, block until the client goes away
@@ -73,9 +73,9 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 	for k, v := range rep.header {
 		w.Header().Set(k, v)
 	}
-	if rep.status != 0 && rep.status != http.StatusOK {
+	if (rep.status != 0 && rep.status != http.StatusOK) || rep.body != "" {
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(rep.status)
+		w.WriteHeader(max(rep.status, http.StatusOK))
 		_, _ = w.Write([]byte(rep.body))
 		return
 	}
