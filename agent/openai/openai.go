@@ -79,8 +79,8 @@ type Config struct {
 	// IdleTimeout fails a request that receives nothing (no response
 	// headers, then no bytes of the stream) for this long. Default 120 s.
 	IdleTimeout time.Duration
-	// RetryBudget bounds the time spent waiting between attempts of one
-	// turn. Default 15 s.
+	// RetryBudget bounds a turn's retries: no retry starts later than
+	// RetryBudget after the turn's first request. Default 15 s.
 	RetryBudget time.Duration
 	// MaxAttempts bounds the requests of one turn. Default 4.
 	MaxAttempts int
