@@ -45,6 +45,13 @@ type Config struct {
 	MusterPing       time.Duration `name:"muster-ping" env:"MUSTER_PING" default:"1s" help:"Muster failure-detector heartbeat period."`
 	MusterPeerDown   time.Duration `name:"muster-peer-down" env:"MUSTER_PEER_DOWN" default:"5s" help:"Silence after which a peer node is declared down."`
 
+	// The AGENT=openai backend (gateway/agent_openai.go).
+	OpenAIBaseURL     string        `name:"openai-base-url" env:"OPENAI_BASE_URL" help:"AGENT=openai: the API root, /v1 included (e.g. http://127.0.0.1:8000/v1 for vLLM, http://127.0.0.1:11434/v1 for Ollama)."`
+	OpenAIAPIKey      string        `name:"openai-api-key" env:"OPENAI_API_KEY" help:"AGENT=openai: sent as 'Authorization: Bearer <key>' (empty: no header)."`
+	OpenAIModel       string        `name:"openai-model" env:"OPENAI_MODEL" help:"AGENT=openai: the model the requests name."`
+	OpenAIIdleTimeout time.Duration `name:"openai-idle-timeout" env:"OPENAI_IDLE_TIMEOUT" default:"120s" help:"AGENT=openai: a request that receives nothing (no headers, then no stream bytes) for this long fails the turn."`
+	SystemPrompt      string        `name:"agent-system-prompt" env:"AGENT_SYSTEM_PROMPT" help:"AGENT=openai: the system message put before the history (empty: none)."`
+
 	// Muster tunes the cluster membership scope (timers); zero fields take
 	// muster's defaults. Not a command-line setting.
 	Muster muster.Config `kong:"-"`
@@ -62,12 +69,6 @@ type Config struct {
 	// built-in echo agent) or "openai" (an OpenAI-compatible chat
 	// completions endpoint, the OPENAI_* settings; gateway/agent_openai.go).
 	Agent string `name:"agent" env:"AGENT" default:"echo" help:"Agent backend: echo (built in) or openai (an OpenAI-compatible chat completions server: OPENAI_BASE_URL, OPENAI_MODEL)."`
-
-	OpenAIBaseURL     string        `name:"openai-base-url" env:"OPENAI_BASE_URL" help:"AGENT=openai: the API root, /v1 included (e.g. http://127.0.0.1:8000/v1 for vLLM, http://127.0.0.1:11434/v1 for Ollama)."`
-	OpenAIAPIKey      string        `name:"openai-api-key" env:"OPENAI_API_KEY" help:"AGENT=openai: sent as 'Authorization: Bearer <key>' (empty: no header)."`
-	OpenAIModel       string        `name:"openai-model" env:"OPENAI_MODEL" help:"AGENT=openai: the model the requests name."`
-	OpenAIIdleTimeout time.Duration `name:"openai-idle-timeout" env:"OPENAI_IDLE_TIMEOUT" default:"120s" help:"AGENT=openai: a request that receives nothing (no headers, then no stream bytes) for this long fails the turn."`
-	SystemPrompt      string        `name:"agent-system-prompt" env:"AGENT_SYSTEM_PROMPT" help:"AGENT=openai: the system message put before the history (empty: none)."`
 }
 
 // DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".
@@ -75,13 +76,13 @@ func DefaultConfig() Config {
 	return Config{
 		Addr: ":4000", LogLevel: "info", Cluster: "relay",
 		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second, ForwardTimeout: 5 * time.Second,
-		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second,
+		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second, OpenAIIdleTimeout: 120 * time.Second,
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
-		Agent: "echo", OpenAIIdleTimeout: 120 * time.Second,
+		Agent: "echo",
 	}
 }
 
