@@ -30,7 +30,7 @@ func (c Config) validateAgent() error {
 		_, err := newOpenAIAgent(c)
 		return err
 	default:
-		return fmt.Errorf("gateway: AGENT %q is not a backend; use echo or openai", c.Agent)
+		return fmt.Errorf("gateway: AGENT=%q is not an agent backend; use echo or openai", c.Agent)
 	}
 }
 

@@ -28,7 +28,7 @@ func TestConfigAgentOpenAI(t *testing.T) {
 		{name: "no model", agent: "openai", base: "http://127.0.0.1:8000/v1", want: []string{"AGENT=openai needs OPENAI_MODEL"}},
 		{name: "no base URL", agent: "openai", model: "m", want: []string{"AGENT=openai needs OPENAI_BASE_URL", "/v1 included"}},
 		{name: "relative base URL", agent: "openai", base: "127.0.0.1:8000/v1", model: "m", want: []string{"OPENAI_BASE_URL", "not an absolute http(s) URL"}},
-		{name: "unknown agent", agent: "gpt", want: []string{`AGENT "gpt"`, "echo or openai"}},
+		{name: "unknown agent", agent: "gpt", want: []string{`AGENT="gpt" is not an agent backend`, "openai"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
