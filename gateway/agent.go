@@ -68,8 +68,10 @@ func (c Config) agentBackend(name, setting string, log *zap.Logger) (session.Age
 			return nil, fmt.Errorf("gateway: %s=http: %w", setting, err)
 		}
 		return ag, nil
+	case "openai":
+		return newOpenAIAgent(c)
 	}
-	return nil, fmt.Errorf("gateway: %s=%q is not an agent backend; use echo or http", setting, name)
+	return nil, fmt.Errorf("gateway: %s=%q is not an agent backend; use echo, http or openai", setting, name)
 }
 
 // redactURL returns raw with any password replaced (for logs).

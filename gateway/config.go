@@ -47,6 +47,13 @@ type Config struct {
 	MusterPing       time.Duration `name:"muster-ping" env:"MUSTER_PING" default:"1s" help:"Muster failure-detector heartbeat period."`
 	MusterPeerDown   time.Duration `name:"muster-peer-down" env:"MUSTER_PEER_DOWN" default:"5s" help:"Silence after which a peer node is declared down."`
 
+	// The AGENT=openai backend (gateway/agent_openai.go).
+	OpenAIBaseURL     string        `name:"openai-base-url" env:"OPENAI_BASE_URL" help:"AGENT=openai: the API root, /v1 included (e.g. http://127.0.0.1:8000/v1 for vLLM, http://127.0.0.1:11434/v1 for Ollama)."`
+	OpenAIAPIKey      string        `name:"openai-api-key" env:"OPENAI_API_KEY" help:"AGENT=openai: sent as 'Authorization: Bearer <key>' (empty: no header)."`
+	OpenAIModel       string        `name:"openai-model" env:"OPENAI_MODEL" help:"AGENT=openai: the model the requests name."`
+	OpenAIIdleTimeout time.Duration `name:"openai-idle-timeout" env:"OPENAI_IDLE_TIMEOUT" default:"120s" help:"AGENT=openai: a request that receives nothing (no headers, then no stream bytes) for this long fails the turn."`
+	SystemPrompt      string        `name:"agent-system-prompt" env:"AGENT_SYSTEM_PROMPT" help:"AGENT=openai: the system message put before the history (empty: none)."`
+
 	// Muster tunes the cluster membership scope (timers); zero fields take
 	// muster's defaults. Not a command-line setting.
 	Muster muster.Config `kong:"-"`
@@ -61,7 +68,7 @@ type Config struct {
 	MaxTurnAttempts int `name:"max-turn-attempts" env:"MAX_TURN_ATTEMPTS" default:"3" help:"Runs a turn gets (first run, resumes and restarts on later owners) before it ends as turn_failed."`
 
 	// Agent backends (README "Bring your own agent"; agent.go).
-	Agent              string        `name:"agent" env:"AGENT" default:"echo" help:"Agent backend running every session's turns: echo (built in) or http (AGENT_URL, docs/AGENT_PROTOCOL.md)."`
+	Agent              string        `name:"agent" env:"AGENT" default:"echo" help:"Agent backend running every session's turns: echo (built in), http (AGENT_URL, docs/AGENT_PROTOCOL.md) or openai (an OpenAI-compatible chat completions server: OPENAI_BASE_URL, OPENAI_MODEL)."`
 	AgentRoutes        []string      `name:"agent-routes" env:"AGENT_ROUTES" help:"Comma-separated prefix=backend pairs: a session whose id starts with prefix runs on backend (a backend name as for AGENT, or an http(s) URL of an HTTP agent); the longest prefix wins, AGENT serves the rest."`
 	AgentURL           string        `name:"agent-url" env:"AGENT_URL" help:"URL the http backend POSTs each turn to."`
 	AgentSecret        string        `name:"agent-secret" env:"AGENT_SECRET" help:"Shared secret the http backend signs its requests with (HMAC-SHA256, Relay-Signature header)."`
@@ -76,7 +83,7 @@ func DefaultConfig() Config {
 	return Config{
 		Addr: ":4000", LogLevel: "info", Cluster: "relay",
 		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second, ForwardTimeout: 5 * time.Second,
-		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second,
+		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second, OpenAIIdleTimeout: 120 * time.Second,
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, ReorderWindow: 100 * time.Millisecond, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,

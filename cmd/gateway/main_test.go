@@ -31,6 +31,8 @@ func TestRefusesConfigsThatBreakGuarantees(t *testing.T) {
 			"gateway: NATS_URL (cluster mode) needs DATABASE_URL (without it each node decides ownership on its own in-memory leases, so two nodes can own one session)"},
 		{"socket queue below replay limit", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "SOCKET_QUEUE=256", "REPLAY_MAX_LEN=1000"},
 			"gateway: SOCKET_QUEUE (256) is below REPLAY_MAX_LEN (1000)"},
+		{"openai agent without its server", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "AGENT=openai", "OPENAI_BASE_URL=", "OPENAI_MODEL="},
+			"gateway: AGENT=openai needs OPENAI_BASE_URL (the API root, /v1 included, e.g. http://127.0.0.1:8000/v1) and OPENAI_MODEL"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
