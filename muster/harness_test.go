@@ -173,11 +173,13 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 
 // waitReady waits until every listed node is ready with members == names
 // and the same view hash.
+// It waits up to 60 s: a hang guard, not a bound (a node's failure detector
+// runs on real time, and on a machine at load 20 convergence took over 20 s).
 func (c *cluster) waitReady(names ...string) {
 	c.t.Helper()
 	want := slices.Clone(names)
 	slices.Sort(want)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ok := true
 		var h uint64

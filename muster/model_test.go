@@ -511,7 +511,7 @@ func (md *modelRun) checkQuiescent() {
 		c.node(n).SyncCoordinator()
 	}
 	c.waitReady(final...)
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		msg, hole := md.converged()
 		if msg == "" {
