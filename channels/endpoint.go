@@ -3,8 +3,9 @@ package channels
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -52,7 +53,22 @@ type EndpointConfig struct {
 	// QueueBytes is the most bytes queued for one socket before it is cut as
 	// a slow consumer. Default 4 MiB.
 	QueueBytes int
-	// WriteTimeout bounds one batch write to a transport. Default 10 s.
+	// QueueMaxLag cuts a socket as a slow consumer (1013) once the oldest
+	// frame of its outbound backlog has waited this long: a reader that
+	// keeps reading, but slower than frames arrive, is cut before its
+	// replies grow stale, not only a stuck one. The backlog's age is
+	// measured from when the queue last went from empty to non-empty and is
+	// checked by the writer before each write. Default 10 s; negative
+	// disables.
+	QueueMaxLag time.Duration
+	// SendBuffer is the kernel send buffer (SO_SNDBUF) of each accepted TCP
+	// connection, in bytes: it bounds how much a slow reader can have
+	// buffered ahead of a reply beyond the socket's own queue. Default
+	// 32 KiB (Linux doubles it); negative leaves the system default.
+	SendBuffer int
+	// WriteTimeout bounds one batch write to a transport; a write that
+	// times out cuts the socket as a slow consumer (1013). It also bounds
+	// the write of the close frame. Default 10 s.
 	WriteTimeout time.Duration
 	// WriteDelay is how long a socket's writer waits after the first frame
 	// of an idle queue before writing, so the frames that follow within the
@@ -74,6 +90,8 @@ func DefaultEndpointConfig() EndpointConfig {
 		MaxChannels:      100,
 		QueueSize:        1024,
 		QueueBytes:       4 << 20,
+		QueueMaxLag:      10 * time.Second,
+		SendBuffer:       32 << 10,
 		WriteTimeout:     10 * time.Second,
 	}
 }
@@ -94,6 +112,12 @@ func (c EndpointConfig) withDefaults() EndpointConfig {
 	}
 	if c.QueueBytes <= 0 {
 		c.QueueBytes = d.QueueBytes
+	}
+	if c.QueueMaxLag == 0 {
+		c.QueueMaxLag = d.QueueMaxLag
+	}
+	if c.SendBuffer == 0 {
+		c.SendBuffer = d.SendBuffer
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = d.WriteTimeout
@@ -203,8 +227,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered
 	}
-	conn.SetReadLimit(e.cfg.MaxFrameBytes)
-	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout}, ser, assigns)
+	conn.SetReadLimit(-1) // readLoop applies MaxFrameBytes itself
+	if tc, ok := sbw.conn.(*net.TCPConn); ok && e.cfg.SendBuffer > 0 {
+		_ = tc.SetWriteBuffer(e.cfg.SendBuffer)
+	}
+	readDone := make(chan struct{})
+	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)
 	if err != nil {
 		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
 		return
@@ -212,23 +240,52 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Read on a fresh goroutine and let the HTTP handler return: the
 	// request, the router's frames and the deeper stack are released, which
 	// is most of an idle socket's memory after its buffers.
-	go e.readLoop(conn, s)
+	go e.readLoop(conn, s, readDone)
 }
 
-// readLoop feeds a socket's inbound frames to it until the connection ends.
-func (e *Endpoint) readLoop(conn *websocket.Conn, s *Socket) {
+// readLoop feeds a socket's inbound messages to it until the connection
+// ends, then closes readDone. A message over MaxFrameBytes closes the socket
+// with 1009. Once the socket is closing, input is read and discarded (the
+// library still answers pings, the rest of an over-size message is skipped)
+// until the client's close frame or the end of the stream: the close
+// handshake completes and the connection is never closed with unread input,
+// which would reset it before the client reads the close frame.
+func (e *Endpoint) readLoop(conn *websocket.Conn, s *Socket, readDone chan struct{}) {
 	defer s.End()
+	defer close(readDone)
+	limit := e.cfg.MaxFrameBytes
+	var lr io.LimitedReader
+	discarding := false
 	for {
-		typ, data, err := conn.Read(context.Background())
+		typ, r, err := conn.Reader(context.Background())
 		if err != nil {
-			if errors.Is(err, websocket.ErrMessageTooBig) {
-				e.stats.badFrames.Add(1)
-			}
 			e.cfg.Tracer.Emit("socket.read_end", "socket", s.id, "code", int(websocket.CloseStatus(err)))
 			return
 		}
-		if s.Receive(Frame{Data: data, Binary: typ == websocket.MessageBinary}) != nil {
+		if discarding {
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			continue
+		}
+		lr.R, lr.N = r, limit+1
+		data, err := io.ReadAll(&lr)
+		lr.R = nil
+		if err != nil {
 			return
+		}
+		if int64(len(data)) > limit {
+			e.stats.badFrames.Add(1)
+			e.cfg.Tracer.Emit("socket.too_big", "socket", s.id)
+			s.closeWith(CloseTooBig, CloseTooBig.String())
+			discarding = true
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			continue
+		}
+		if s.Receive(Frame{Data: data, Binary: typ == websocket.MessageBinary}) != nil {
+			discarding = true
 		}
 	}
 }
