@@ -2,6 +2,7 @@ package channels
 
 import (
 	"bufio"
+	"context"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -429,4 +430,54 @@ func TestOversizeFragmentedWithPingsGets1009(t *testing.T) {
 		t.Fatalf("after the close handshake: %v, want EOF", err)
 	}
 	waitTrace(t, tr, trace.Kind("socket.too_big"))
+}
+
+// Shutdown closes 1,000 sockets in batches of at most DrainBatch, spread
+// over the time it has: the trace shows every batch point followed by
+// exactly its sockets' 1012 closes, in ten distinct batches.
+func TestShutdownClosesInBatches(t *testing.T) {
+	tr := trace.New()
+	ep := NewEndpoint(EndpointConfig{Tracer: tr, DrainBatch: 100})
+	var wg sync.WaitGroup
+	for i := 0; i < 1000; i++ {
+		mt := newMemTransport()
+		s, err := ep.Attach(t.Context(), mt, V2, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { // the reading side ends when the transport closes
+			defer wg.Done()
+			<-mt.closed
+			s.End()
+		}()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // spread over half of it
+	defer cancel()
+	if err := ep.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	batches, closes, inBatch := 0, 0, -1
+	for _, e := range tr.Events() {
+		switch e.Kind {
+		case "endpoint.drain_batch":
+			if inBatch >= 0 && inBatch != 100 {
+				t.Fatalf("batch %d closed %d sockets, want 100", batches-1, inBatch)
+			}
+			batches++
+			inBatch = 0
+		case "socket.close":
+			if e.Get("code") == int(CloseRestart) {
+				if inBatch < 0 {
+					t.Fatal("a socket closed before the first batch")
+				}
+				closes++
+				inBatch++
+			}
+		}
+	}
+	if batches != 10 || closes != 1000 || inBatch != 100 {
+		t.Fatalf("%d batches, %d closes (last batch %d), want 10 batches of 100", batches, closes, inBatch)
+	}
 }

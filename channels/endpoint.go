@@ -76,6 +76,12 @@ type EndpointConfig struct {
 	// in one syscall. It adds at most WriteDelay of latency. Zero writes at
 	// once.
 	WriteDelay time.Duration
+	// DrainBatch is the most sockets Shutdown closes at once: it closes them
+	// in batches spaced evenly over half of the time its context has left
+	// (drainSpacing without a deadline), so clients do not all reconnect in
+	// the same instant. Default 500; a batch grows when more batches than
+	// the time allows would be needed at drainMinGap apart.
+	DrainBatch int
 	// Logger; nil means zap.NewNop().
 	Logger *zap.Logger
 	// Tracer receives trace points (nil: none).
@@ -91,6 +97,7 @@ func DefaultEndpointConfig() EndpointConfig {
 		QueueSize:        1024,
 		QueueBytes:       4 << 20,
 		QueueMaxLag:      10 * time.Second,
+		DrainBatch:       500,
 		SendBuffer:       32 << 10,
 		WriteTimeout:     10 * time.Second,
 	}
@@ -112,6 +119,9 @@ func (c EndpointConfig) withDefaults() EndpointConfig {
 	}
 	if c.QueueBytes <= 0 {
 		c.QueueBytes = d.QueueBytes
+	}
+	if c.DrainBatch <= 0 {
+		c.DrainBatch = d.DrainBatch
 	}
 	if c.QueueMaxLag == 0 {
 		c.QueueMaxLag = d.QueueMaxLag
@@ -399,7 +409,11 @@ func (e *Endpoint) Socket(id string) *Socket {
 
 // Shutdown drains the endpoint: new sockets are refused (HTTP 503), every
 // socket is closed with 1012 and Shutdown waits until all have ended (their
-// channels terminated, goroutines gone) or ctx ends. Idempotent.
+// channels terminated, goroutines gone) or ctx ends. The closes go out in
+// batches of at most DrainBatch sockets, spaced evenly over half of the time
+// ctx has left (drainSpacing apart without a deadline, at least drainMinGap
+// apart), each batch traced as "endpoint.drain_batch" (batch, sockets).
+// Idempotent.
 func (e *Endpoint) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.draining = true
@@ -415,8 +429,25 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 		}
 	}
 	e.mu.Unlock()
-	for _, s := range socks {
-		s.Close(CloseRestart)
+	size, gap := drainPlan(ctx, len(socks), e.cfg.DrainBatch)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for batch := 0; len(socks) > 0; batch++ {
+		if batch > 0 {
+			timer.Reset(gap)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				size = len(socks) // out of time: close the rest now
+			}
+		}
+		n := min(size, len(socks))
+		e.cfg.Tracer.Emit("endpoint.drain_batch", "batch", batch, "sockets", n)
+		for _, s := range socks[:n] {
+			s.Close(CloseRestart)
+		}
+		socks = socks[n:]
 	}
 	select {
 	case <-e.drained:
@@ -424,6 +455,36 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("channels: shutdown with sockets open: %w", ctx.Err())
 	}
+}
+
+// Drain spacing: without a deadline batches go drainSpacing apart; never
+// closer than drainMinGap (a batch grows instead).
+const (
+	drainSpacing = 100 * time.Millisecond
+	drainMinGap  = 10 * time.Millisecond
+)
+
+// drainPlan returns the batch size and the gap between batches for closing
+// n sockets in batches of at most batch within half of ctx's time left.
+func drainPlan(ctx context.Context, n, batch int) (size int, gap time.Duration) {
+	batches := (n + batch - 1) / batch
+	if batches <= 1 {
+		return max(n, 1), 0
+	}
+	gap = drainSpacing
+	if dl, ok := ctx.Deadline(); ok {
+		gap = time.Until(dl) / 2 / time.Duration(batches-1)
+	}
+	if gap < drainMinGap {
+		// Fewer, larger batches fit the time left.
+		fit := 1
+		if dl, ok := ctx.Deadline(); ok {
+			fit = max(int(time.Until(dl)/2/drainMinGap), 1)
+		}
+		batches = min(batches, fit+1)
+		return (n + batches - 1) / batches, drainMinGap
+	}
+	return batch, gap
 }
 
 // Drain is Shutdown.

@@ -39,6 +39,9 @@ type Config struct {
 	MaxBodyBytes     int64         `name:"max-body-bytes" env:"MAX_BODY_BYTES" default:"65536" help:"Largest HTTP event body accepted (413 above)."`
 	WriteDelay       time.Duration `name:"write-delay" env:"WRITE_DELAY" default:"0s" help:"A socket's writer waits this long after an idle period so a burst of frames goes out in one write (0: write at once)."`
 	SocketQueue      int           `name:"socket-queue" env:"SOCKET_QUEUE" default:"1024" help:"Outbound frames queued per socket before it is cut as a slow consumer."`
+	SocketMaxLag     time.Duration `name:"socket-max-lag" env:"SOCKET_MAX_LAG" default:"10s" help:"A socket whose oldest queued outbound frame has waited this long is cut as a slow consumer (1013), even if it still reads."`
+	SocketSendBuffer int           `name:"socket-send-buffer" env:"SOCKET_SEND_BUFFER" default:"32768" help:"Kernel send buffer (SO_SNDBUF) of each socket's TCP connection, in bytes; bounds what a slow reader has in flight ahead of a heartbeat reply (0: system default)."`
+	SocketDrainBatch int           `name:"socket-drain-batch" env:"SOCKET_DRAIN_BATCH" default:"500" help:"Most sockets a drain closes at once; batches are spread over half the time left for closing sockets."`
 	ReplayMaxLen     int64         `name:"replay-max-len" env:"REPLAY_MAX_LEN" default:"1000" help:"Events kept per session in the replay log."`
 	ReplayTTL        time.Duration `name:"replay-ttl" env:"REPLAY_TTL" default:"24h" help:"Replay log expiry after the last append."`
 	MusterHeartbeat  time.Duration `name:"muster-heartbeat" env:"MUSTER_HEARTBEAT" default:"10s" help:"Muster view heartbeat and re-discovery interval."`
@@ -66,6 +69,7 @@ func DefaultConfig() Config {
 		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second, ForwardTimeout: 5 * time.Second,
 		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second,
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
+		SocketMaxLag: 10 * time.Second, SocketSendBuffer: 32 << 10, SocketDrainBatch: 500,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
@@ -104,6 +108,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: MAX_TURN_ATTEMPTS must be at least 1")
 	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:
 		return errors.New("gateway: MAX_FRAME_BYTES must be at least 1024 and MAX_BODY_BYTES at least 256")
+	case c.SocketMaxLag <= 0 || c.SocketSendBuffer < 0 || c.SocketDrainBatch < 1:
+		return errors.New("gateway: SOCKET_MAX_LAG must be positive, SOCKET_SEND_BUFFER at least 0 and SOCKET_DRAIN_BATCH at least 1")
 	case c.SocketQueue < 1 || c.ReplayMaxLen < 1:
 		return errors.New("gateway: SOCKET_QUEUE and REPLAY_MAX_LEN must be at least 1")
 	case int64(c.SocketQueue) < c.ReplayMaxLen:

@@ -173,12 +173,25 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxFrameBytes:    cfg.MaxFrameBytes,
 		QueueSize:        cfg.SocketQueue,
+		QueueMaxLag:      cfg.SocketMaxLag,
+		SendBuffer:       sendBuffer(cfg.SocketSendBuffer),
+		DrainBatch:       cfg.SocketDrainBatch,
 		WriteDelay:       cfg.WriteDelay,
 		Logger:           n.log,
+		Tracer:           n.tracer,
 	})
 	n.endpoint.HandleNew("session:*", func() channels.Handler { return &sessionChannel{n: n} })
 	n.metrics.registerNode(n)
 	return n, nil
+}
+
+// sendBuffer maps SOCKET_SEND_BUFFER to EndpointConfig.SendBuffer, where 0
+// means the default and negative the system's.
+func sendBuffer(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // Name returns the node name.
