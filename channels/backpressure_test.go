@@ -234,10 +234,10 @@ func TestLaggingReaderKeepsHeartbeatsThenIsCut(t *testing.T) {
 		frameBytes = 1024
 		pushRate   = 150 << 10 // bytes/s
 		readRate   = 100 << 10
-		sndbuf     = 16 << 10
+		unsent     = 16 << 10
 		rcvbuf     = 16 << 10
 	)
-	ts := newTestServer(t, EndpointConfig{Tracer: tr, SendBuffer: sndbuf, QueueMaxLag: 6 * time.Second,
+	ts := newTestServer(t, EndpointConfig{Tracer: tr, UnsentBytes: unsent, QueueMaxLag: 6 * time.Second,
 		QueueBytes: 64 << 20, QueueSize: 1 << 20, WriteTimeout: 30 * time.Second},
 		map[string]Handler{"room:*": newFuncHandler()})
 	c := dialRaw(t, ts, rcvbuf)
@@ -298,7 +298,7 @@ func TestLaggingReaderKeepsHeartbeatsThenIsCut(t *testing.T) {
 
 	// Pushes received between a heartbeat and its reply are bounded by what
 	// the kernel buffers and one batch hold, whatever the backlog.
-	const maxBetween = (2*sndbuf + 2*rcvbuf + batchBytes + 32<<10) / frameBytes
+	const maxBetween = (unsent + 2*rcvbuf + batchBytes + 48<<10) / frameBytes
 	_ = c.conn.SetReadDeadline(time.Now().Add(3 * testTimeout))
 	var (
 		replies, pushes, worstBetween int

@@ -61,11 +61,14 @@ type EndpointConfig struct {
 	// checked by the writer before each write. Default 10 s; negative
 	// disables.
 	QueueMaxLag time.Duration
-	// SendBuffer is the kernel send buffer (SO_SNDBUF) of each accepted TCP
-	// connection, in bytes: it bounds how much a slow reader can have
-	// buffered ahead of a reply beyond the socket's own queue. Default
-	// 32 KiB (Linux doubles it); negative leaves the system default.
-	SendBuffer int
+	// UnsentBytes is the most bytes the kernel may hold unsent for each
+	// accepted TCP connection (TCP_NOTSENT_LOWAT, Linux): writes beyond it
+	// wait in the socket's own queue, where heartbeat replies pass them and
+	// QueueMaxLag sees them, instead of in a kernel buffer that autotuning
+	// can grow to megabytes. Bytes in flight (the client's receive window)
+	// are not limited, so a fast reader's throughput is not. Default 16 KiB;
+	// negative leaves the system default.
+	UnsentBytes int
 	// WriteTimeout bounds one batch write to a transport; a write that
 	// times out cuts the socket as a slow consumer (1013). It also bounds
 	// the write of the close frame. Default 10 s.
@@ -98,7 +101,7 @@ func DefaultEndpointConfig() EndpointConfig {
 		QueueBytes:       4 << 20,
 		QueueMaxLag:      10 * time.Second,
 		DrainBatch:       500,
-		SendBuffer:       32 << 10,
+		UnsentBytes:      16 << 10,
 		WriteTimeout:     10 * time.Second,
 	}
 }
@@ -126,8 +129,8 @@ func (c EndpointConfig) withDefaults() EndpointConfig {
 	if c.QueueMaxLag == 0 {
 		c.QueueMaxLag = d.QueueMaxLag
 	}
-	if c.SendBuffer == 0 {
-		c.SendBuffer = d.SendBuffer
+	if c.UnsentBytes == 0 {
+		c.UnsentBytes = d.UnsentBytes
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = d.WriteTimeout
@@ -238,8 +241,8 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // Accept has answered
 	}
 	conn.SetReadLimit(-1) // readLoop applies MaxFrameBytes itself
-	if tc, ok := sbw.conn.(*net.TCPConn); ok && e.cfg.SendBuffer > 0 {
-		_ = tc.SetWriteBuffer(e.cfg.SendBuffer)
+	if tc, ok := sbw.conn.(*net.TCPConn); ok && e.cfg.UnsentBytes > 0 {
+		setUnsentLimit(tc, e.cfg.UnsentBytes)
 	}
 	readDone := make(chan struct{})
 	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)

@@ -195,8 +195,9 @@ const batchBytes = 32 << 10
 // close when one was requested. Each write takes the control lane first,
 // then bulk frames up to batchBytes, stopping at a replay entry (a replay is
 // written in chunks, with the control lane written between chunks). Before
-// each write it cuts the socket (1013) when the backlog it is behind on is
-// older than QueueMaxLag.
+// each write outside a replay it cuts the socket (1013) when the backlog it
+// is behind on is older than QueueMaxLag (frames queued behind a replay age
+// from the replay's end).
 func (s *Socket) writeLoop() {
 	defer s.writers.Done()
 	if d := s.ep.cfg.WriteDelay; d > 0 {
@@ -231,7 +232,7 @@ func (s *Socket) writeLoop() {
 			s.outMu.Unlock()
 			return
 		}
-		if lag := s.ep.cfg.QueueMaxLag; lag > 0 && s.backlogSince != 0 && monoNow()-s.backlogSince > int64(lag) {
+		if lag := s.ep.cfg.QueueMaxLag; lag > 0 && s.replaying == nil && s.backlogSince != 0 && monoNow()-s.backlogSince > int64(lag) {
 			s.cutSlowLocked("lag")
 			continue
 		}
@@ -253,7 +254,10 @@ func (s *Socket) writeLoop() {
 			}
 			chunk, last := j.next()
 			if last {
+				// Frames queued behind a replay start to age when it ends:
+				// a replay is paced by the reader, not lag.
 				s.replaying = nil
+				s.backlogSince = monoNow()
 			}
 			s.outMu.Unlock()
 			if len(chunk) > 0 {
