@@ -86,8 +86,8 @@ func waitReadyz(t *testing.T, base string, status int, reason string) string {
 
 func fastReady(c *Config) { c.ReadyInterval = 200 * time.Millisecond }
 
-// NATS cut (through a TCP proxy): /readyz turns 503 naming nats, and 200
-// again once the proxy forwards again.
+// NATS cut, then NATS stalled (through a TCP proxy): each time /readyz
+// turns 503 naming nats, and 200 again once the proxy forwards again.
 func TestReadyzFollowsNATS(t *testing.T) {
 	hostport, err := testenv.HostPort(testenv.NATSURL())
 	if err != nil {
@@ -104,6 +104,11 @@ func TestReadyzFollowsNATS(t *testing.T) {
 	msg := waitReadyz(t, srv.URL, http.StatusServiceUnavailable, "nats:")
 	t.Logf("with NATS cut: %s", msg)
 	proxy.Restore()
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+	proxy.Stall() // connected, but nothing answers
+	msg = waitReadyz(t, srv.URL, http.StatusServiceUnavailable, "nats:")
+	t.Logf("with NATS stalled: %s", msg)
+	proxy.Resume()
 	waitReadyz(t, srv.URL, http.StatusOK, "")
 }
 
