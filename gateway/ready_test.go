@@ -197,7 +197,7 @@ func TestReadyzFollowsRedisReadOnly(t *testing.T) {
 		c.RedisURL = redisURL
 	})
 	waitReadyz(t, srv.URL, http.StatusOK, "")
-	if err := rc.SlaveOf(ctx, "127.0.0.1", fmt.Sprint(deadPort)).Err(); err != nil {
+	if err := rc.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(deadPort)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	msg := waitReadyz(t, srv.URL, http.StatusServiceUnavailable, "replay_store:")
@@ -205,7 +205,7 @@ func TestReadyzFollowsRedisReadOnly(t *testing.T) {
 	if !strings.Contains(msg, "READONLY") {
 		t.Fatalf("reason %q does not carry Redis's READONLY", msg)
 	}
-	if err := rc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+	if err := rc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitReadyz(t, srv.URL, http.StatusOK, "")
