@@ -31,6 +31,7 @@ type corkWriter struct {
 	corked   bool
 	buf      *[]byte // the batch being built; guarded by mu
 	busy     bool    // a goroutine is writing to conn; guarded by mu
+	timed    bool    // the write in progress has a deadline; guarded by mu
 	out      []byte  // bytes to write after the write in progress, or the rest of a failed write; guarded by mu
 	failed   bool    // a write failed: out starts with its unwritten rest; guarded by mu
 	sealed   bool    // the close frame was written or queued: later bytes are dropped; guarded by mu
@@ -38,9 +39,11 @@ type corkWriter struct {
 }
 
 // corkConn is the connection as the WebSocket library sees it: its Close
-// waits for the batch being built or written. The library closes right
-// after echoing a client's close frame, which may sit in a corked batch
-// behind the batch's frames; closing then would lose both.
+// waits for the batch being built or written (a write with a deadline). The
+// library closes right after echoing a client's close frame, which may sit
+// in a corked batch behind the batch's frames; closing then would lose both.
+// A write without a deadline (the library's own pong or close frame) is not
+// waited for: closing the connection is how the library bounds it.
 type corkConn struct {
 	net.Conn
 	w *corkWriter
@@ -49,7 +52,7 @@ type corkConn struct {
 func (c corkConn) Close() error {
 	w := c.w
 	w.mu.Lock()
-	if w.corked || w.busy {
+	if w.corked || (w.busy && w.timed) {
 		w.closeReq = true
 		w.mu.Unlock()
 		return nil
@@ -111,6 +114,9 @@ func (w *corkWriter) Write(p []byte) (int, error) {
 // deadline of timeout per write (0: none). The caller has set busy; writeOut
 // clears it. On failure the unwritten rest is kept at the head of out.
 func (w *corkWriter) writeOut(p []byte, timeout time.Duration) error {
+	w.mu.Lock()
+	w.timed = timeout > 0
+	w.mu.Unlock()
 	for {
 		if timeout > 0 {
 			_ = w.conn.SetWriteDeadline(time.Now().Add(timeout))
