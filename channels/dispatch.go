@@ -13,7 +13,7 @@ import (
 func (s *Socket) dispatch(m *Message) {
 	switch {
 	case m.Topic == topicPhoenix && m.Event == eventHeartbeat:
-		s.reply(Ref{}, m.Ref, m.Topic, statusOK, Payload{JSON: emptyObject})
+		s.replyControl(Ref{}, m.Ref, m.Topic, statusOK, Payload{JSON: emptyObject})
 	case m.Event == eventJoin:
 		s.join(m)
 	case m.Event == eventLeave:
@@ -23,18 +23,36 @@ func (s *Socket) dispatch(m *Message) {
 	}
 }
 
-// reply enqueues a phx_reply.
+// reply enqueues a phx_reply in order with the socket's other frames: a
+// channel's frames never pass its join reply, its leave reply never passes
+// the pushes before it, and a push reply follows what the handler pushed
+// while handling the push (Phoenix's order).
 func (s *Socket) reply(joinRef, ref Ref, topic, status string, p Payload) {
+	if f, ok := s.encodeReply(joinRef, ref, topic, status, p); ok {
+		s.enqueue(f)
+	}
+}
+
+// replyControl enqueues a phx_reply in the control lane (Socket.enqueueControl):
+// a heartbeat reply, which belongs to no channel and which the client times
+// out on, never waits behind queued pushes or a replay.
+func (s *Socket) replyControl(joinRef, ref Ref, topic, status string, p Payload) {
+	if f, ok := s.encodeReply(joinRef, ref, topic, status, p); ok {
+		s.enqueueControl(f)
+	}
+}
+
+func (s *Socket) encodeReply(joinRef, ref Ref, topic, status string, p Payload) (Frame, bool) {
 	f, err := s.ser.EncodeReply(joinRef, ref, topic, status, p)
 	if err != nil {
 		s.ep.log.Error("encode reply", zap.String("topic", topic), zap.Error(err))
 		f, err = s.ser.EncodeReply(joinRef, ref, topic, statusError, reasonPayload(ReasonInternal))
 		if err != nil {
 			s.Close(CloseInternal)
-			return
+			return Frame{}, false
 		}
 	}
-	s.enqueue(f)
+	return f, true
 }
 
 func reasonPayload(reason string) Payload {

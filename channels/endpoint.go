@@ -3,8 +3,9 @@ package channels
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -52,7 +53,25 @@ type EndpointConfig struct {
 	// QueueBytes is the most bytes queued for one socket before it is cut as
 	// a slow consumer. Default 4 MiB.
 	QueueBytes int
-	// WriteTimeout bounds one batch write to a transport. Default 10 s.
+	// QueueMaxLag cuts a socket as a slow consumer (1013) once the oldest
+	// frame of its outbound backlog has waited this long: a reader that
+	// keeps reading, but slower than frames arrive, is cut before its
+	// replies grow stale, not only a stuck one. The backlog's age is
+	// measured from when the queue last went from empty to non-empty and is
+	// checked by the writer before each write. Default 10 s; negative
+	// disables.
+	QueueMaxLag time.Duration
+	// UnsentBytes is the most bytes the kernel may hold unsent for each
+	// accepted TCP connection (TCP_NOTSENT_LOWAT, Linux): writes beyond it
+	// wait in the socket's own queue, where heartbeat replies pass them and
+	// QueueMaxLag sees them, instead of in a kernel buffer that autotuning
+	// can grow to megabytes. Bytes in flight (the client's receive window)
+	// are not limited, so a fast reader's throughput is not. Default 16 KiB;
+	// negative leaves the system default.
+	UnsentBytes int
+	// WriteTimeout bounds one batch write to a transport; a write that
+	// times out cuts the socket as a slow consumer (1013). It also bounds
+	// the write of the close frame. Default 10 s.
 	WriteTimeout time.Duration
 	// WriteDelay is how long a socket's writer waits after the first frame
 	// of an idle queue before writing, so the frames that follow within the
@@ -60,6 +79,12 @@ type EndpointConfig struct {
 	// in one syscall. It adds at most WriteDelay of latency. Zero writes at
 	// once.
 	WriteDelay time.Duration
+	// DrainBatch is the most sockets Shutdown closes at once: it closes them
+	// in batches spaced evenly over half of the time its context has left
+	// (drainSpacing without a deadline), so clients do not all reconnect in
+	// the same instant. Default 500; a batch grows when more batches than
+	// the time allows would be needed at drainMinGap apart.
+	DrainBatch int
 	// Logger; nil means zap.NewNop().
 	Logger *zap.Logger
 	// Tracer receives trace points (nil: none).
@@ -74,6 +99,9 @@ func DefaultEndpointConfig() EndpointConfig {
 		MaxChannels:      100,
 		QueueSize:        1024,
 		QueueBytes:       4 << 20,
+		QueueMaxLag:      10 * time.Second,
+		DrainBatch:       500,
+		UnsentBytes:      16 << 10,
 		WriteTimeout:     10 * time.Second,
 	}
 }
@@ -94,6 +122,15 @@ func (c EndpointConfig) withDefaults() EndpointConfig {
 	}
 	if c.QueueBytes <= 0 {
 		c.QueueBytes = d.QueueBytes
+	}
+	if c.DrainBatch <= 0 {
+		c.DrainBatch = d.DrainBatch
+	}
+	if c.QueueMaxLag == 0 {
+		c.QueueMaxLag = d.QueueMaxLag
+	}
+	if c.UnsentBytes == 0 {
+		c.UnsentBytes = d.UnsentBytes
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = d.WriteTimeout
@@ -203,8 +240,12 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered
 	}
-	conn.SetReadLimit(e.cfg.MaxFrameBytes)
-	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout}, ser, assigns)
+	conn.SetReadLimit(-1) // readLoop applies MaxFrameBytes itself
+	if tc, ok := sbw.conn.(*net.TCPConn); ok && e.cfg.UnsentBytes > 0 {
+		setUnsentLimit(tc, e.cfg.UnsentBytes)
+	}
+	readDone := make(chan struct{})
+	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)
 	if err != nil {
 		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
 		return
@@ -212,23 +253,52 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Read on a fresh goroutine and let the HTTP handler return: the
 	// request, the router's frames and the deeper stack are released, which
 	// is most of an idle socket's memory after its buffers.
-	go e.readLoop(conn, s)
+	go e.readLoop(conn, s, readDone)
 }
 
-// readLoop feeds a socket's inbound frames to it until the connection ends.
-func (e *Endpoint) readLoop(conn *websocket.Conn, s *Socket) {
+// readLoop feeds a socket's inbound messages to it until the connection
+// ends, then closes readDone. A message over MaxFrameBytes closes the socket
+// with 1009. Once the socket is closing, input is read and discarded (the
+// library still answers pings, the rest of an over-size message is skipped)
+// until the client's close frame or the end of the stream: the close
+// handshake completes and the connection is never closed with unread input,
+// which would reset it before the client reads the close frame.
+func (e *Endpoint) readLoop(conn *websocket.Conn, s *Socket, readDone chan struct{}) {
 	defer s.End()
+	defer close(readDone)
+	limit := e.cfg.MaxFrameBytes
+	var lr io.LimitedReader
+	discarding := false
 	for {
-		typ, data, err := conn.Read(context.Background())
+		typ, r, err := conn.Reader(context.Background())
 		if err != nil {
-			if errors.Is(err, websocket.ErrMessageTooBig) {
-				e.stats.badFrames.Add(1)
-			}
 			e.cfg.Tracer.Emit("socket.read_end", "socket", s.id, "code", int(websocket.CloseStatus(err)))
 			return
 		}
-		if s.Receive(Frame{Data: data, Binary: typ == websocket.MessageBinary}) != nil {
+		if discarding {
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			continue
+		}
+		lr.R, lr.N = r, limit+1
+		data, err := io.ReadAll(&lr)
+		lr.R = nil
+		if err != nil {
 			return
+		}
+		if int64(len(data)) > limit {
+			e.stats.badFrames.Add(1)
+			e.cfg.Tracer.Emit("socket.too_big", "socket", s.id)
+			s.closeWith(CloseTooBig, CloseTooBig.String())
+			discarding = true
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				return
+			}
+			continue
+		}
+		if s.Receive(Frame{Data: data, Binary: typ == websocket.MessageBinary}) != nil {
+			discarding = true
 		}
 	}
 }
@@ -342,7 +412,11 @@ func (e *Endpoint) Socket(id string) *Socket {
 
 // Shutdown drains the endpoint: new sockets are refused (HTTP 503), every
 // socket is closed with 1012 and Shutdown waits until all have ended (their
-// channels terminated, goroutines gone) or ctx ends. Idempotent.
+// channels terminated, goroutines gone) or ctx ends. The closes go out in
+// batches of at most DrainBatch sockets, spaced evenly over half of the time
+// ctx has left (drainSpacing apart without a deadline, at least drainMinGap
+// apart), each batch traced as "endpoint.drain_batch" (batch, sockets).
+// Idempotent.
 func (e *Endpoint) Shutdown(ctx context.Context) error {
 	e.mu.Lock()
 	e.draining = true
@@ -358,8 +432,25 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 		}
 	}
 	e.mu.Unlock()
-	for _, s := range socks {
-		s.Close(CloseRestart)
+	size, gap := drainPlan(ctx, len(socks), e.cfg.DrainBatch)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for batch := 0; len(socks) > 0; batch++ {
+		if batch > 0 {
+			timer.Reset(gap)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				size = len(socks) // out of time: close the rest now
+			}
+		}
+		n := min(size, len(socks))
+		e.cfg.Tracer.Emit("endpoint.drain_batch", "batch", batch, "sockets", n)
+		for _, s := range socks[:n] {
+			s.Close(CloseRestart)
+		}
+		socks = socks[n:]
 	}
 	select {
 	case <-e.drained:
@@ -367,6 +458,36 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("channels: shutdown with sockets open: %w", ctx.Err())
 	}
+}
+
+// Drain spacing: without a deadline batches go drainSpacing apart; never
+// closer than drainMinGap (a batch grows instead).
+const (
+	drainSpacing = 100 * time.Millisecond
+	drainMinGap  = 10 * time.Millisecond
+)
+
+// drainPlan returns the batch size and the gap between batches for closing
+// n sockets in batches of at most batch within half of ctx's time left.
+func drainPlan(ctx context.Context, n, batch int) (size int, gap time.Duration) {
+	batches := (n + batch - 1) / batch
+	if batches <= 1 {
+		return max(n, 1), 0
+	}
+	gap = drainSpacing
+	if dl, ok := ctx.Deadline(); ok {
+		gap = time.Until(dl) / 2 / time.Duration(batches-1)
+	}
+	if gap < drainMinGap {
+		// Fewer, larger batches fit the time left.
+		fit := 1
+		if dl, ok := ctx.Deadline(); ok {
+			fit = max(int(time.Until(dl)/2/drainMinGap), 1)
+		}
+		batches = min(batches, fit+1)
+		return (n + batches - 1) / batches, drainMinGap
+	}
+	return batch, gap
 }
 
 // Drain is Shutdown.

@@ -25,6 +25,7 @@ const (
 type smallBufWriter struct {
 	http.ResponseWriter
 	cork *corkWriter
+	conn net.Conn // the hijacked connection
 }
 
 func (w *smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -46,7 +47,8 @@ func (w *smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		_, _ = br.Peek(n)
 	}
 	w.cork = &corkWriter{conn: c}
-	return c, bufio.NewReadWriter(br, bufio.NewWriterSize(w.cork, connWriteBuffer)), nil
+	w.conn = c
+	return corkConn{Conn: c, w: w.cork}, bufio.NewReadWriter(br, bufio.NewWriterSize(w.cork, connWriteBuffer)), nil
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.

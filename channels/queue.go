@@ -2,6 +2,8 @@ package channels
 
 import (
 	"context"
+	"errors"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -12,7 +14,15 @@ import (
 // when the frame is dropped: the socket is closing, or the queue would exceed
 // QueueSize frames or QueueBytes bytes, in which case the socket is closed as
 // a slow consumer (CloseSlowConsumer), logged and counted once.
-func (s *Socket) enqueue(f Frame) bool {
+func (s *Socket) enqueue(f Frame) bool { return s.enqueueIn(f, false) }
+
+// enqueueControl queues f in the control lane: replies the client waits on
+// (heartbeat and push replies). The writer writes the control lane before
+// the next chunk of bulk frames, so a reply never waits behind a backlog of
+// pushes; it still counts against QueueSize and QueueBytes.
+func (s *Socket) enqueueControl(f Frame) bool { return s.enqueueIn(f, true) }
+
+func (s *Socket) enqueueIn(f Frame, control bool) bool {
 	s.outMu.Lock()
 	if s.closing {
 		s.outMu.Unlock()
@@ -20,25 +30,40 @@ func (s *Socket) enqueue(f Frame) bool {
 		return false
 	}
 	cfg := &s.ep.cfg
-	if len(s.queue) >= cfg.QueueSize || s.queueBytes+len(f.Data) > cfg.QueueBytes {
-		queued, bytes := len(s.queue), s.queueBytes
-		s.requestCloseLocked(CloseSlowConsumer, CloseSlowConsumer.String())
-		s.outMu.Unlock()
-		s.ep.stats.queueDrops.Add(uint64(queued) + 1)
-		s.ep.stats.slowConsumers.Add(1)
-		s.ep.log.Warn("slow consumer disconnected", zap.String("socket", s.id),
-			zap.Int("queued_frames", queued), zap.Int("queued_bytes", bytes))
-		cfg.Tracer.Emit("socket.slow", "socket", s.id)
+	if len(s.queue)+len(s.ctrl) >= cfg.QueueSize || s.queueBytes+len(f.Data) > cfg.QueueBytes {
+		s.cutSlowLocked("queue_full")
 		return false
 	}
-	s.queue = append(s.queue, f)
-	s.queueBytes += len(f.Data)
-	if f.replay != nil {
-		s.replayMarks++
+	if len(s.queue) == 0 && len(s.ctrl) == 0 && s.replaying == nil {
+		s.backlogSince = monoNow()
 	}
+	if control {
+		s.ctrl = append(s.ctrl, f)
+	} else {
+		s.queue = append(s.queue, f)
+		if f.replay != nil {
+			s.replayMarks++
+		}
+	}
+	s.queueBytes += len(f.Data)
 	s.startWriterLocked()
 	s.outMu.Unlock()
 	return true
+}
+
+// cutSlowLocked closes the socket as a slow consumer (1013): its queue is
+// full, its backlog is older than QueueMaxLag, or a write timed out. It is
+// logged, traced ("socket.slow" with why) and counted once. Callers hold
+// outMu; it releases it.
+func (s *Socket) cutSlowLocked(why string) {
+	queued, bytes := s.queuedLocked(), s.queueBytes
+	s.requestCloseLocked(CloseSlowConsumer, CloseSlowConsumer.String())
+	s.outMu.Unlock()
+	s.ep.stats.queueDrops.Add(uint64(queued) + 1)
+	s.ep.stats.slowConsumers.Add(1)
+	s.ep.log.Warn("slow consumer disconnected", zap.String("socket", s.id), zap.String("why", why),
+		zap.Int("queued_frames", queued), zap.Int("queued_bytes", bytes))
+	s.ep.cfg.Tracer.Emit("socket.slow", "socket", s.id, "why", why)
 }
 
 // replayJob is a join's replay (JoinResult.Then) waiting in, or being
@@ -96,7 +121,7 @@ func (s *Socket) enqueueReplay(frames []Frame) *replayJob {
 
 // queuedLocked counts the frames queued or left in replays.
 func (s *Socket) queuedLocked() int {
-	n := len(s.queue) - s.replayMarks
+	n := len(s.queue) + len(s.ctrl) - s.replayMarks
 	for _, f := range s.queue {
 		if f.replay != nil {
 			n += len(f.replay.frames)
@@ -129,7 +154,8 @@ func (s *Socket) requestCloseLocked(code CloseCode, reason string) {
 	s.closing = true
 	s.closeCode, s.closeReason = code, reason
 	clear(s.queue)
-	s.queue, s.queueBytes = nil, 0
+	clear(s.ctrl)
+	s.queue, s.ctrl, s.queueBytes = nil, nil, 0
 	s.replayMarks, s.replaying = 0, nil
 	s.cancel()
 	s.startWriterLocked()
@@ -159,9 +185,19 @@ func (s *Socket) takeSpare() []Frame {
 // maxIdleQueueCap bounds the queue capacity kept by an idle socket.
 const maxIdleQueueCap = 16
 
-// writeLoop drains the queue in batches (everything queued at the time, up
-// to a replay entry; a replay is written in chunks) until it is empty, then
-// exits; it performs the close when one was requested.
+// batchBytes bounds the bulk bytes the writer takes for one write, so a
+// control frame queued during a backlog waits for at most one such write
+// (32 KiB: a third of a second for a reader taking 100 KiB/s; for a reader
+// that keeps up, a batch of hundreds of typical frames per syscall).
+const batchBytes = 32 << 10
+
+// writeLoop drains the queue until it is empty, then exits; it performs the
+// close when one was requested. Each write takes the control lane first,
+// then bulk frames up to batchBytes, stopping at a replay entry (a replay is
+// written in chunks, with the control lane written between chunks). Before
+// each write outside a replay it cuts the socket (1013) when the backlog it
+// is behind on is older than QueueMaxLag (frames queued behind a replay age
+// from the replay's end).
 func (s *Socket) writeLoop() {
 	defer s.writers.Done()
 	if d := s.ep.cfg.WriteDelay; d > 0 {
@@ -182,10 +218,46 @@ func (s *Socket) writeLoop() {
 			_ = s.t.Close(code, reason)
 			continue
 		}
+		if len(s.queue) == 0 && len(s.ctrl) == 0 && s.replaying == nil {
+			s.writing = false
+			if cap(s.queue) > maxIdleQueueCap {
+				s.queue = nil
+			}
+			if cap(s.ctrl) > maxIdleQueueCap {
+				s.ctrl = nil
+			}
+			if cap(batch) <= maxIdleQueueCap {
+				s.spare = batch[:0]
+			}
+			s.outMu.Unlock()
+			return
+		}
+		if lag := s.ep.cfg.QueueMaxLag; lag > 0 && s.replaying == nil && s.backlogSince != 0 && monoNow()-s.backlogSince > int64(lag) {
+			s.cutSlowLocked("lag")
+			continue
+		}
+		batch = batch[:0]
+		if len(s.ctrl) > 0 {
+			batch = append(batch, s.ctrl...)
+			for _, f := range s.ctrl {
+				s.queueBytes -= len(f.Data)
+			}
+			clear(s.ctrl)
+			s.ctrl = s.ctrl[:0]
+		}
 		if j := s.replaying; j != nil {
+			if len(batch) > 0 { // replies go out before the next chunk
+				s.outMu.Unlock()
+				s.writeBatch(batch)
+				clear(batch)
+				continue
+			}
 			chunk, last := j.next()
 			if last {
+				// Frames queued behind a replay start to age when it ends:
+				// a replay is paced by the reader, not lag.
 				s.replaying = nil
+				s.backlogSince = monoNow()
 			}
 			s.outMu.Unlock()
 			if len(chunk) > 0 {
@@ -194,45 +266,37 @@ func (s *Socket) writeLoop() {
 			}
 			continue
 		}
-		if len(s.queue) == 0 {
-			s.writing = false
-			if cap(s.queue) > maxIdleQueueCap {
-				s.queue = nil
+		// n bulk frames go now: up to the first replay entry and batchBytes
+		// (at least one frame).
+		n, size := 0, 0
+		for n < len(s.queue) {
+			f := &s.queue[n]
+			if f.replay != nil || (n > 0 && size+len(f.Data) > batchBytes) {
+				break
 			}
-			if cap(batch) <= maxIdleQueueCap {
-				s.spare = batch[:0]
-			}
-			s.outMu.Unlock()
-			return
-		}
-		n := len(s.queue) // the frames before the first replay entry
-		if s.replayMarks > 0 {
-			for i, f := range s.queue {
-				if f.replay != nil {
-					n = i
-					break
-				}
-			}
+			size += len(f.Data)
+			n++
 		}
 		switch {
-		case n == 0: // a replay is next
+		case n == 0 && len(s.queue) > 0 && len(batch) == 0: // a replay is next
 			s.replaying = s.queue[0].replay
 			s.replayMarks--
 			s.queue[0] = Frame{}
 			s.queue = s.queue[1:]
 			s.outMu.Unlock()
 			continue
-		case n == len(s.queue):
+		case n == 0:
+		case n == len(s.queue) && len(batch) == 0:
 			batch, s.queue = s.queue, batch[:0]
-			s.queueBytes = 0
 		default:
-			batch = append(batch[:0], s.queue[:n]...)
-			for _, f := range batch {
-				s.queueBytes -= len(f.Data)
-			}
+			batch = append(batch, s.queue[:n]...)
 			rest := copy(s.queue, s.queue[n:])
 			clear(s.queue[rest:])
 			s.queue = s.queue[:rest]
+		}
+		s.queueBytes -= size
+		if len(s.queue) == 0 && s.replaying == nil {
+			s.backlogSince = 0
 		}
 		s.outMu.Unlock()
 		s.writeBatch(batch)
@@ -241,7 +305,8 @@ func (s *Socket) writeLoop() {
 }
 
 // writeBatch writes frames to the transport; a failed write closes the
-// socket (1001) and returns false.
+// socket and returns false: a write that timed out means the reader stopped
+// taking bytes (1013, slow consumer), any other failure 1001.
 func (s *Socket) writeBatch(frames []Frame) bool {
 	// Not s.ctx: a close request must not abort the write in flight
 	// (the close frame follows it). Transports bound writes themselves.
@@ -249,6 +314,15 @@ func (s *Socket) writeBatch(frames []Frame) bool {
 	s.ep.stats.framesOut.Add(uint64(len(frames)))
 	if err != nil {
 		s.ep.cfg.Tracer.Emit("socket.write_error", "socket", s.id, "err", err.Error())
+		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+			s.outMu.Lock()
+			if s.closing {
+				s.outMu.Unlock()
+			} else {
+				s.cutSlowLocked("write_timeout")
+			}
+			return false
+		}
 		s.closeWith(CloseGoingAway, "write failed")
 		return false
 	}

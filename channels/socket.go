@@ -30,18 +30,20 @@ type Socket struct {
 	chMu     sync.Mutex
 	channels map[string]*Channel // joined channels by topic; guarded by chMu
 
-	outMu       sync.Mutex
-	queue       []Frame    // guarded by outMu
-	replayMarks int        // replay entries in queue; guarded by outMu
-	replaying   *replayJob // the replay the writer is writing; guarded by outMu
-	spare       []Frame    // the writer's batch buffer between runs (small only)
-	queueBytes  int
-	writing     bool // a writer goroutine runs
-	closing     bool // no more frames are accepted
-	closeCode   CloseCode
-	closeReason string
-	closeSent   bool
-	writers     sync.WaitGroup
+	outMu        sync.Mutex
+	queue        []Frame    // bulk lane; guarded by outMu
+	ctrl         []Frame    // control lane, written first; guarded by outMu
+	backlogSince int64      // monoNow when the writer last fell behind (0: caught up); guarded by outMu
+	replayMarks  int        // replay entries in queue; guarded by outMu
+	replaying    *replayJob // the replay the writer is writing; guarded by outMu
+	spare        []Frame    // the writer's batch buffer between runs (small only)
+	queueBytes   int
+	writing      bool // a writer goroutine runs
+	closing      bool // no more frames are accepted
+	closeCode    CloseCode
+	closeReason  string
+	closeSent    bool
+	writers      sync.WaitGroup
 
 	timer  *time.Timer  // idle timeout, re-armed lazily (onIdle)
 	lastIn atomic.Int64 // monotonic ns of the last inbound frame

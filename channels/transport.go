@@ -23,11 +23,17 @@ type Transport interface {
 
 // wsTransport adapts a coder/websocket connection. A batch is written with
 // one syscall through cork (nil: one write per message), bounded by timeout.
+// readDone is closed when the reading side (Endpoint.readLoop) has stopped.
 type wsTransport struct {
-	conn    *websocket.Conn
-	cork    *corkWriter
-	timeout time.Duration
+	conn     *websocket.Conn
+	cork     *corkWriter
+	timeout  time.Duration
+	readDone chan struct{}
 }
+
+// closeHandshakeTimeout bounds how long a close waits for the client's
+// close frame (or end of stream) before dropping the connection.
+const closeHandshakeTimeout = 5 * time.Second
 
 func (t wsTransport) Write(ctx context.Context, frames []Frame) error {
 	if t.cork == nil {
@@ -57,6 +63,22 @@ func (t wsTransport) writeAll(ctx context.Context, frames []Frame) error {
 	return nil
 }
 
+// Close writes the close frame whole (after the rest of a failed write) or
+// not at all (corkWriter.closeFrame), then finishes the close handshake: the
+// reading side goes on reading and discarding input until the client's close
+// frame or the end of the stream, for at most closeHandshakeTimeout, so the
+// connection is not closed with unread input (which would reset it and could
+// discard the close frame at the client before it is read).
 func (t wsTransport) Close(code CloseCode, reason string) error {
-	return t.conn.Close(websocket.StatusCode(code), reason)
+	if t.cork == nil {
+		return t.conn.Close(websocket.StatusCode(code), reason)
+	}
+	t.cork.closeFrame(code, reason, max(t.timeout, closeHandshakeTimeout))
+	timer := time.NewTimer(closeHandshakeTimeout)
+	select {
+	case <-t.readDone:
+	case <-timer.C:
+	}
+	timer.Stop()
+	return t.conn.CloseNow()
 }

@@ -28,11 +28,18 @@ type ClusterInfo struct {
 	Members  []string `json:"members"`
 }
 
+// Ready reports what /readyz answers: not draining and the last probe
+// rounds passed.
+func (n *Node) Ready() bool {
+	ok, _ := n.readiness.state()
+	return ok && !n.draining.Load()
+}
+
 // Info describes the node for operators.
 func (n *Node) Info() NodeInfo {
 	return NodeInfo{
 		Name: n.name, Owner: n.Owner(), Mode: n.mode,
-		Ready: !n.draining.Load(), Draining: n.draining.Load(),
+		Ready: n.Ready(), Draining: n.draining.Load(),
 		Sockets: n.endpoint.Stats().SocketsOpen, Sessions: len(n.manager.Sessions()),
 		Cluster: n.clusterInfo(),
 	}

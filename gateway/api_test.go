@@ -165,6 +165,7 @@ func TestGetSessionAndAdmin(t *testing.T) {
 	if len(hist) != 2 || body["owner"] == "" || body["node"] != "n1" {
 		t.Fatalf("GET body = %v", body)
 	}
+	waitReadyz(t, srv.URL, http.StatusOK, "") // the readiness probes run once Muster is ready
 	status, _, info := do(t, "GET", srv.URL+"/admin/node", testAdmin, "", "")
 	if status != 200 || info["name"] != "n1" || info["mode"] != "embedded" || info["ready"] != true {
 		t.Fatalf("admin node: %d %v", status, info)

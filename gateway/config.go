@@ -40,6 +40,9 @@ type Config struct {
 	MaxBodyBytes     int64         `name:"max-body-bytes" env:"MAX_BODY_BYTES" default:"65536" help:"Largest HTTP event body accepted (413 above)."`
 	WriteDelay       time.Duration `name:"write-delay" env:"WRITE_DELAY" default:"0s" help:"A socket's writer waits this long after an idle period so a burst of frames goes out in one write (0: write at once)."`
 	SocketQueue      int           `name:"socket-queue" env:"SOCKET_QUEUE" default:"1024" help:"Outbound frames queued per socket before it is cut as a slow consumer."`
+	SocketMaxLag     time.Duration `name:"socket-max-lag" env:"SOCKET_MAX_LAG" default:"10s" help:"A socket whose oldest queued outbound frame has waited this long is cut as a slow consumer (1013), even if it still reads."`
+	SocketUnsent     int           `name:"socket-unsent" env:"SOCKET_UNSENT" default:"16384" help:"Most bytes the kernel holds unsent per socket (TCP_NOTSENT_LOWAT); beyond it frames wait in the socket's queue, where heartbeat replies pass them (0: system default)."`
+	SocketDrainBatch int           `name:"socket-drain-batch" env:"SOCKET_DRAIN_BATCH" default:"500" help:"Most sockets a drain closes at once; batches are spread over half the time left for closing sockets."`
 	ReplayMaxLen     int64         `name:"replay-max-len" env:"REPLAY_MAX_LEN" default:"1000" help:"Events kept per session in the replay log."`
 	ReplayTTL        time.Duration `name:"replay-ttl" env:"REPLAY_TTL" default:"24h" help:"Replay log expiry after the last append."`
 	ReorderWindow    time.Duration `name:"reorder-window" env:"REORDER_WINDOW" default:"100ms" help:"How long a node holds a session event that arrived ahead of a missing one before handing it to sockets anyway (0: no wait)."`
@@ -59,6 +62,8 @@ type Config struct {
 	Muster muster.Config `kong:"-"`
 
 	CensusInterval time.Duration `name:"census-interval" env:"CENSUS_INTERVAL" default:"5s" help:"How often a node broadcasts its viewer counts per session to the other nodes."`
+
+	ReadyInterval time.Duration `name:"ready-interval" env:"READY_INTERVAL" default:"1s" help:"How often the readiness checks (NATS, lease store, replay store, Muster) run; /readyz turns 503 after 2 failing rounds and back after 3 good ones."`
 
 	DrainWindow time.Duration `name:"drain-window" env:"DRAIN_WINDOW" default:"30s" help:"Time a draining node has to hand back sessions and close sockets."`
 
@@ -85,7 +90,9 @@ func DefaultConfig() Config {
 		LeaseTTL: 15 * time.Second, LeaseRenew: 5 * time.Second, SessionIdle: 60 * time.Second, ForwardTimeout: 5 * time.Second,
 		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second, OpenAIIdleTimeout: 120 * time.Second,
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
+		SocketMaxLag: 10 * time.Second, SocketUnsent: 16 << 10, SocketDrainBatch: 500,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, ReorderWindow: 100 * time.Millisecond, DrainWindow: 30 * time.Second,
+		ReadyInterval:   time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
@@ -122,14 +129,16 @@ func (c Config) Validate() error {
 		return errors.New("gateway: LEASE_TTL and LEASE_RENEW must be positive")
 	case c.LeaseRenew >= c.LeaseTTL-c.renewMargin():
 		return fmt.Errorf("gateway: LEASE_RENEW (%v) must be shorter than LEASE_TTL (%v) minus the %v safety margin", c.LeaseRenew, c.LeaseTTL, c.renewMargin())
-	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0 || c.CensusInterval <= 0:
-		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW, FORWARD_TIMEOUT and CENSUS_INTERVAL must be positive")
+	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0 || c.CensusInterval <= 0 || c.ReadyInterval <= 0:
+		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW, FORWARD_TIMEOUT, CENSUS_INTERVAL and READY_INTERVAL must be positive")
 	case c.ReorderWindow < 0 || c.ReorderWindow > 10*time.Second:
 		return errors.New("gateway: REORDER_WINDOW must be between 0 and 10s")
 	case c.MaxTurnAttempts < 1:
 		return errors.New("gateway: MAX_TURN_ATTEMPTS must be at least 1")
 	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:
 		return errors.New("gateway: MAX_FRAME_BYTES must be at least 1024 and MAX_BODY_BYTES at least 256")
+	case c.SocketMaxLag <= 0 || c.SocketUnsent < 0 || c.SocketDrainBatch < 1:
+		return errors.New("gateway: SOCKET_MAX_LAG must be positive, SOCKET_UNSENT at least 0 and SOCKET_DRAIN_BATCH at least 1")
 	case c.SocketQueue < 1 || c.ReplayMaxLen < 1:
 		return errors.New("gateway: SOCKET_QUEUE and REPLAY_MAX_LEN must be at least 1")
 	case int64(c.SocketQueue) < c.ReplayMaxLen:

@@ -32,6 +32,7 @@ const (
 	CodeSessionBusy      = "session_busy"           // 429: the session's mailbox is full
 	CodeSessionMoving    = "session_moving"         // 503 + retry directive: ownership is elsewhere or undecidable
 	CodeDraining         = "draining"               // 503 + retry directive: this node is draining
+	CodeNotReady         = "not_ready"              // 503 on /readyz: a dependency check fails (reasons listed)
 	CodeFenced           = "fenced"                 // 409: this node lost the session mid-request
 	CodeInternal         = "internal"               // 500: unexpected server error (logged)
 )

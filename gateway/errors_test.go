@@ -14,7 +14,7 @@ import (
 // outcome to the README's answers, for HTTP and for channel pushes.
 func TestAnswerMapsEveryOutcome(t *testing.T) {
 	n := &Node{metrics: newMetrics()}
-	retry := session.NewRetryDirective(2*time.Second, 15*time.Second)
+	retry := session.RetryDirective{After: 2050 * time.Millisecond, Budget: 18050 * time.Millisecond} // NewRetryDirective(2s, 15s) without its jitter
 	held := &session.LeaseHeldError{Key: "s1", Holder: "b/1", Epoch: 3, Remaining: 2 * time.Second}
 	refused := func(err error) session.Outcome {
 		return session.Outcome{Kind: session.OutcomeRefused, Retry: retry, Err: err}

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"net/http"
 	"net/url"
 	"os"
@@ -55,6 +57,10 @@ type Node struct {
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
+
+	pg        *pgxpool.Pool         // lease and session stores (nil: in memory)
+	redis     redis.UniversalClient // replay log (nil: in memory)
+	readiness readiness
 
 	draining  atomic.Bool
 	bg        sync.WaitGroup // admin-started drains
@@ -183,12 +189,34 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxFrameBytes:    cfg.MaxFrameBytes,
 		QueueSize:        cfg.SocketQueue,
+		QueueMaxLag:      cfg.SocketMaxLag,
+		UnsentBytes:      unsentBytes(cfg.SocketUnsent),
+		DrainBatch:       cfg.SocketDrainBatch,
 		WriteDelay:       cfg.WriteDelay,
 		Logger:           n.log,
+		Tracer:           n.tracer,
 	})
 	n.endpoint.HandleNew("session:*", func() channels.Handler { return &sessionChannel{n: n} })
 	n.metrics.registerNode(n)
+	probes := &readyProbes{nc: n.nc, pg: n.pg, redis: n.redis, scope: n.scope, leases: "agent_leases",
+		key: cfg.Cluster + ":ready:" + n.Owner()}
+	pctx, pcancel := context.WithCancel(context.Background())
+	n.bg.Add(1)
+	go func() {
+		defer n.bg.Done()
+		n.readyLoop(pctx, probes, cfg.ReadyInterval)
+	}()
+	n.closers = append(n.closers, pcancel)
 	return n, nil
+}
+
+// unsentBytes maps SOCKET_UNSENT (0: the system default) to
+// EndpointConfig.UnsentBytes (0: the default, negative: the system's).
+func unsentBytes(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // Name returns the node name.

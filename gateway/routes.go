@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/pprof"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -57,9 +58,18 @@ func (n *Node) Handler() http.Handler {
 	return r
 }
 
+// handleReady answers /readyz: 503 draining once a drain started, 503
+// not_ready with the failing checks while the node cannot do its job (see
+// readiness), else 200.
 func (n *Node) handleReady(w http.ResponseWriter, _ *http.Request) {
 	if n.draining.Load() {
 		writeError(w, errorf(http.StatusServiceUnavailable, CodeDraining, "draining"))
+		return
+	}
+	if ok, reasons := n.readiness.state(); !ok {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+			"error": CodeNotReady, "message": strings.Join(reasons, "; "), "reasons": reasons,
+		})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

@@ -24,6 +24,7 @@ func (n *Node) buildStores(ctx context.Context) error {
 			return fmt.Errorf("gateway: postgres: %w", err)
 		}
 		n.closers = append(n.closers, pool.Close)
+		n.pg = pool
 		schema := firstSchema(pool.Config().ConnConfig.RuntimeParams["search_path"])
 		if err := migrations.Apply(ctx, pool, schema); err != nil {
 			return fmt.Errorf("gateway: %w", err)
@@ -50,6 +51,7 @@ func (n *Node) buildStores(ctx context.Context) error {
 		opt.PoolTimeout = time.Second
 		client := redis.NewClient(opt)
 		n.closers = append(n.closers, func() { _ = client.Close() })
+		n.redis = client
 		n.replay = session.NewRedisReplayLog(client, session.RedisReplayConfig{
 			Prefix: cfg.Cluster + ":", MaxLen: cfg.ReplayMaxLen, TTL: cfg.ReplayTTL,
 		})

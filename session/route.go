@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"go.uber.org/zap"
@@ -70,21 +71,29 @@ type RetryDirective struct {
 
 // Retry delay bounds: a refusal never asks for a re-send sooner than
 // minRetryDelay, and a delay derived from a holder's remaining lease adds
-// retrySlack so the re-send lands after the lease has expired.
+// retrySlack so the re-send lands after the lease has expired. Every delay
+// then gets a random RetryJitter share on top, so clients refused together
+// (a draining node's, a lost owner's) do not all re-send in the same
+// instant.
 const (
 	minRetryDelay = 100 * time.Millisecond
 	retrySlack    = 50 * time.Millisecond
+	// RetryJitter bounds the random delay added to every retry directive:
+	// After is its base delay plus a uniform draw from [0, RetryJitter).
+	RetryJitter = time.Second
 )
 
 // NewRetryDirective builds the directive for a refusal. remaining is the
 // holder's lease time left as the lease store reported it (zero when
 // unknown or irrelevant); After is remaining plus a 50 ms slack, at least
-// 100 ms. Budget covers a whole lease TTL and one second more after After.
+// 100 ms, plus a uniform random jitter in [0, RetryJitter). Budget covers a
+// whole lease TTL and one second more after After.
 func NewRetryDirective(remaining, ttl time.Duration) RetryDirective {
 	d := max(remaining+retrySlack, minRetryDelay)
 	if remaining <= 0 {
 		d = minRetryDelay
 	}
+	d += rand.N(RetryJitter)
 	return RetryDirective{After: d, Budget: d + ttl + time.Second}
 }
 

@@ -182,7 +182,7 @@ func TestSubmitRemoteErrorKeepsCode(t *testing.T) {
 			(tc.is != nil && !errors.Is(out.Err, tc.is)) {
 			t.Errorf("owner answered %s: %v %v, want %v with the code kept", tc.code, out.Kind, out.Err, tc.kind)
 		}
-		if tc.kind == session.OutcomeRefused && out.Retry.After != 100*time.Millisecond {
+		if tc.kind == session.OutcomeRefused && !jittered(out.Retry.After, 100*time.Millisecond) {
 			t.Errorf("owner answered %s: retry %+v, want the minimal delay", tc.code, out.Retry)
 		}
 	}
@@ -265,7 +265,7 @@ func TestSubmitSecondUnreachableRefuses(t *testing.T) {
 		t.Fatalf("outcome %v %v (hops %d), want refused with a's lease", out.Kind, out.Err, out.Hops)
 	}
 	left := routeTTL - 5*time.Second
-	if out.Retry.After != left+50*time.Millisecond || out.Retry.Budget != out.Retry.After+routeTTL+time.Second {
+	if !jittered(out.Retry.After, left+50*time.Millisecond) || out.Retry.Budget != out.Retry.After+routeTTL+time.Second {
 		t.Fatalf("retry %+v, want after %v (a's %v left + slack)", out.Retry, left+50*time.Millisecond, left)
 	}
 	if e.net.Sent("a") != 2 || b.Stats().Accepted != 0 || len(b.Sessions()) != 0 {
@@ -291,7 +291,7 @@ func TestSubmitLeaseHeldCrossesTheWire(t *testing.T) {
 	if out.Kind != session.OutcomeRefused || !errors.As(out.Err, &held) || *held != *third {
 		t.Fatalf("outcome %v %v, want refused with %+v", out.Kind, out.Err, *third)
 	}
-	if out.Retry.After != third.Remaining+50*time.Millisecond || out.Hops != 4 {
+	if !jittered(out.Retry.After, third.Remaining+50*time.Millisecond) || out.Hops != 4 {
 		t.Fatalf("retry %+v after %d hops, want the third's remaining time after 4", out.Retry, out.Hops)
 	}
 	if e.net.Sent("a") != 2 || e.net.Sent("c") != 2 {
@@ -344,7 +344,7 @@ func TestSubmitPredecessorRefusesWithoutForwarding(t *testing.T) {
 	if out.Kind != session.OutcomeRefused || !errors.As(out.Err, &held) || held.Holder != "a/1" || out.Hops != 0 {
 		t.Fatalf("outcome %v %v (hops %d), want refused with a/1's lease and no hop", out.Kind, out.Err, out.Hops)
 	}
-	if out.Retry.After != routeTTL+50*time.Millisecond || e.net.Sent("a") != 0 || a2.Stats().Forwards != 0 {
+	if !jittered(out.Retry.After, routeTTL+50*time.Millisecond) || e.net.Sent("a") != 0 || a2.Stats().Forwards != 0 {
 		t.Fatalf("retry %+v, sent %d", out.Retry, e.net.Sent("a"))
 	}
 }
@@ -360,7 +360,7 @@ func TestSubmitRefusesBeforeRouting(t *testing.T) {
 
 	out := single.Submit(ctx, "s1", input("x", "k2"))
 	var held *session.LeaseHeldError
-	if out.Kind != session.OutcomeRefused || !errors.As(out.Err, &held) || out.Retry.After != routeTTL+50*time.Millisecond {
+	if out.Kind != session.OutcomeRefused || !errors.As(out.Err, &held) || !jittered(out.Retry.After, routeTTL+50*time.Millisecond) {
 		t.Fatalf("without a forwarder: %v %v %+v", out.Kind, out.Err, out.Retry)
 	}
 	if out := a.Submit(ctx, "bad id", input("x", "")); out.Kind != session.OutcomeFailed || !errors.Is(out.Err, session.ErrInvalidID) {
@@ -370,7 +370,7 @@ func TestSubmitRefusesBeforeRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	out = a.Submit(ctx, "s2", input("x", "k3"))
-	if out.Kind != session.OutcomeRefused || !errors.Is(out.Err, session.ErrDraining) || out.Retry.After != 100*time.Millisecond {
+	if out.Kind != session.OutcomeRefused || !errors.Is(out.Err, session.ErrDraining) || !jittered(out.Retry.After, 100*time.Millisecond) {
 		t.Fatalf("draining: %v %v %+v", out.Kind, out.Err, out.Retry)
 	}
 	if _, ok, _ := e.leases.Get(ctx, "s2"); ok {
@@ -450,4 +450,10 @@ func TestInvalidInputRefusedByOwner(t *testing.T) {
 	if s := a.Stats(); s.Accepted != 2 || s.StandDowns != 0 {
 		t.Fatalf("owner stats = %+v, want 2 accepted and no stand-down", s)
 	}
+}
+
+// jittered reports whether after is base plus a retry jitter (under
+// session.RetryJitter).
+func jittered(after, base time.Duration) bool {
+	return after >= base && after < base+session.RetryJitter
 }

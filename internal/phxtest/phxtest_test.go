@@ -12,8 +12,8 @@ import (
 	"github.com/relaygw/relay/internal/phxtest"
 )
 
-// server is a scripted V2 peer: it answers phx_join and heartbeat with
-// ok, pushes one session event before answering a join, and closes with
+// server is a scripted V2 peer: it answers phx_join, heartbeat and the
+// barrier's phx_leave with ok, pushes one session event before answering a join, and closes with
 // 4000 on "bye".
 func server(t *testing.T) string {
 	t.Helper()
@@ -45,7 +45,7 @@ func server(t *testing.T) string {
 				write([]any{nil, nil, f.Topic, "user_event", map[string]any{"session": "s1", "epoch": 1, "seq": 7, "type": "user_event", "data": map[string]any{}}})
 			}
 			response := json.RawMessage(`{}`)
-			if f.Topic != "phoenix" {
+			if f.Topic != "phoenix" && f.Topic != phxtest.BarrierTopic {
 				response, _ = json.Marshal(map[string]string{"topic": f.Topic})
 			}
 			reply := struct {

@@ -244,13 +244,20 @@ func (s *Socket) Join(ctx context.Context, topic string, payload any) (json.RawM
 	return r.Response, nil
 }
 
-// Barrier sends a heartbeat and reads until its reply. The server handles a
-// socket's frames in order and writes what it queued for the socket in
-// order, so every frame it queued before the heartbeat has then been read.
+// BarrierTopic is the topic of the barrier round trip: a phx_leave for a
+// topic the socket never joins, which the server answers with ok in order
+// with everything else it queued for the socket. (A heartbeat is no barrier:
+// its reply passes frames queued before it.)
+const BarrierTopic = "phxtest:barrier"
+
+// Barrier sends a phx_leave for BarrierTopic and reads until its reply. The
+// server handles a socket's frames in order and writes what it queued for
+// the socket in order (heartbeat replies aside), so every frame it queued
+// before the leave has then been read.
 func (s *Socket) Barrier(ctx context.Context) error {
-	r, err := s.Call(ctx, "", "phoenix", "heartbeat", map[string]any{})
+	r, err := s.Call(ctx, "", BarrierTopic, "phx_leave", map[string]any{})
 	if err == nil && r.Status != "ok" {
-		err = fmt.Errorf("phxtest: heartbeat: %s", r.Status)
+		err = fmt.Errorf("phxtest: barrier: %s", r.Status)
 	}
 	return err
 }

@@ -97,12 +97,12 @@ func (c *T) Join(topic string, payload any) map[string]any {
 	return r.Response
 }
 
-// Barrier sends a heartbeat and returns every session event that arrived
-// before its reply: everything the server queued for this socket before
-// the heartbeat (see Socket.Barrier).
+// Barrier sends a barrier (see Socket.Barrier) and returns every session
+// event that arrived before its reply: everything the server queued for
+// this socket before it.
 func (c *T) Barrier() []SessionEvent {
 	c.t.Helper()
-	ref := c.Send("", "phoenix", "heartbeat", map[string]any{})
+	ref := c.Send("", BarrierTopic, "phx_leave", map[string]any{})
 	_, evs := c.Until(ref)
 	return evs
 }
@@ -200,13 +200,18 @@ func (c *T) ExpectClose() websocket.StatusCode {
 	}
 }
 
-// Heartbeat sends a heartbeat with ref and expects its ok reply as the
-// very next frame: a barrier proving the server handled every earlier
-// frame and wrote everything they produced before it.
+// Heartbeat sends a heartbeat with ref, then a barrier (Socket.Barrier)
+// with ref "b"+ref, and expects the heartbeat's ok reply as the very next
+// frame and the barrier's right after it: proof that the server handled
+// every earlier frame and wrote everything they produced before the
+// heartbeat. (The heartbeat reply alone proves less: it passes frames
+// queued before it, but never the barrier reply queued after it.)
 func (c *T) Heartbeat(ref string) {
 	c.t.Helper()
 	c.SendText(`[null,"` + ref + `","phoenix","heartbeat",{}]`)
+	c.SendText(`[null,"b` + ref + `","` + BarrierTopic + `","phx_leave",{}]`)
 	c.Expect(`[null,"` + ref + `","phoenix","phx_reply",{"status":"ok","response":{}}]`)
+	c.Expect(`[null,"b` + ref + `","` + BarrierTopic + `","phx_reply",{"status":"ok","response":{}}]`)
 }
 
 // TB returns the test the socket is bound to.

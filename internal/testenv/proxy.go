@@ -14,17 +14,20 @@ import (
 // TCPProxy forwards TCP connections from a listener on 127.0.0.1 to a
 // target address. Cut simulates an outage of the target: live connections
 // are closed and new ones are accepted and closed at once, so clients see a
-// reset rather than a hang; Restore resumes forwarding. Safe for concurrent
-// use.
+// reset rather than a hang; Restore resumes forwarding. Stall simulates a
+// target that stops answering: connections stay open but no byte is
+// forwarded either way until Resume. Safe for concurrent use.
 type TCPProxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	cut    bool
-	closed bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	cut     bool
+	closed  bool
+	stalled bool
+	flowing *sync.Cond // signaled when stalled turns false, or on Cut and Close
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 
 	delay atomic.Int64 // ns added to every byte from the target to the client
 }
@@ -43,6 +46,7 @@ func Proxy(t testing.TB, target string) *TCPProxy {
 		t.Fatalf("testenv: proxy listen: %v", err)
 	}
 	p := &TCPProxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.flowing = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.acceptLoop()
 	t.Cleanup(p.Close)
@@ -70,6 +74,50 @@ func (p *TCPProxy) Cut() {
 	defer p.mu.Unlock()
 	p.cut = true
 	p.closeConnsLocked()
+	p.flowing.Broadcast()
+}
+
+// Stall holds every byte the proxy reads, both ways, on live and new
+// connections, until Resume: the target looks alive (connected) but stalled.
+func (p *TCPProxy) Stall() {
+	p.mu.Lock()
+	p.stalled = true
+	p.mu.Unlock()
+}
+
+// Resume forwards the bytes held since Stall, and the rest.
+func (p *TCPProxy) Resume() {
+	p.mu.Lock()
+	p.stalled = false
+	p.flowing.Broadcast()
+	p.mu.Unlock()
+}
+
+// waitFlowing blocks while the proxy is stalled (and not cut or closed).
+func (p *TCPProxy) waitFlowing() {
+	p.mu.Lock()
+	for p.stalled && !p.cut && !p.closed {
+		p.flowing.Wait()
+	}
+	p.mu.Unlock()
+}
+
+// copyFlowing copies src to dst like io.Copy, holding each chunk while the
+// proxy is stalled.
+func (p *TCPProxy) copyFlowing(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.waitFlowing()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // Restore forwards new connections again.
@@ -90,6 +138,7 @@ func (p *TCPProxy) Close() {
 	p.closed = true
 	_ = p.ln.Close()
 	p.closeConnsLocked()
+	p.flowing.Broadcast()
 	p.mu.Unlock()
 	p.wg.Wait()
 }
@@ -153,7 +202,7 @@ func (p *TCPProxy) serve(client net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = io.Copy(server, client)
+		p.copyFlowing(server, client)
 		// The client finished sending: pass the half-close on.
 		if tc, ok := server.(*net.TCPConn); ok {
 			_ = tc.CloseWrite()
@@ -165,7 +214,8 @@ func (p *TCPProxy) serve(client net.Conn) {
 }
 
 // copyDelayed copies src to dst like io.Copy, holding each chunk until
-// SetDelay's latency has passed since it was read.
+// SetDelay's latency has passed since it was read, and while the proxy is
+// stalled (copyFlowing).
 func (p *TCPProxy) copyDelayed(dst io.Writer, src io.Reader) {
 	type chunk struct {
 		b  []byte
@@ -193,6 +243,7 @@ func (p *TCPProxy) copyDelayed(dst io.Writer, src io.Reader) {
 		if w := time.Until(c.at); w > 0 {
 			time.Sleep(w)
 		}
+		p.waitFlowing()
 		if _, err := dst.Write(c.b); err != nil {
 			failed = true
 			if cl, ok := src.(io.Closer); ok {

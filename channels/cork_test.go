@@ -1,0 +1,90 @@
+package channels
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// serverFrame builds an unmasked server text frame with n payload bytes.
+func serverFrame(n int, fill byte) []byte {
+	out := []byte{0x81}
+	switch {
+	case n < 126:
+		out = append(out, byte(n))
+	case n < 1<<16:
+		out = append(out, 126)
+		out = binary.BigEndian.AppendUint16(out, uint16(n))
+	default:
+		out = append(out, 127)
+		out = binary.BigEndian.AppendUint64(out, uint64(n))
+	}
+	return append(out, bytes.Repeat([]byte{fill}, n)...)
+}
+
+// A batch write that times out part-way leaves its rest at the head of the
+// stream: a pong written meanwhile is dropped (never glued to half a
+// frame), and the close frame goes out only after the rest, so the reader
+// sees whole frames and then the close frame.
+func TestCorkFinishesTornWriteBeforeCloseFrame(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	w := &corkWriter{conn: server}
+	f1, f2 := serverFrame(70000, 'a'), serverFrame(300, 'b')
+	w.cork()
+	_, _ = w.Write(f1)
+	_, _ = w.Write(f2)
+	// The reader takes 1,000 bytes, then stops: the write times out mid-frame.
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, 1000)
+		n, _ := io.ReadFull(client, b)
+		got <- b[:n]
+	}()
+	if err := w.uncork(50 * time.Millisecond); err == nil {
+		t.Fatal("uncork succeeded with a reader that stopped")
+	}
+	head := <-got
+	if n, err := w.Write([]byte{0x8a, 0x00}); n != 2 || err != nil { // a pong from the library
+		t.Fatalf("pong after the failed write: %d %v", n, err)
+	}
+	all := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(client)
+		all <- b
+	}()
+	if !w.closeFrame(CloseSlowConsumer, "slow consumer", time.Minute) {
+		t.Fatal("close frame not written")
+	}
+	server.Close()
+	stream := append(head, <-all...)
+	want := append(append(append([]byte{}, f1...), f2...), 0x88, byte(2+len("slow consumer")), 0x03, 0xf5)
+	want = append(want, "slow consumer"...)
+	if !bytes.Equal(stream, want) {
+		t.Fatalf("stream of %d bytes, want the two frames and the close frame (%d bytes)", len(stream), len(want))
+	}
+	if n, err := w.Write([]byte{0x88, 0x00}); n != 2 || err != nil { // the library's close: dropped
+		t.Fatalf("write after the close frame: %d %v", n, err)
+	}
+}
+
+// When the rest of a torn write cannot be finished, no close frame is
+// written after it.
+func TestCorkWritesNoCloseFrameAfterUnfinishedRest(t *testing.T) {
+	server, client := net.Pipe()
+	defer client.Close()
+	w := &corkWriter{conn: server}
+	w.cork()
+	_, _ = w.Write(serverFrame(5000, 'a'))
+	if err := w.uncork(20 * time.Millisecond); err == nil {
+		t.Fatal("uncork succeeded with no reader")
+	}
+	if w.closeFrame(CloseSlowConsumer, "slow consumer", 20*time.Millisecond) {
+		t.Fatal("close frame reported written behind an unfinished frame")
+	}
+	server.Close()
+}

@@ -1,0 +1,223 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/relaygw/relay/internal/testenv"
+)
+
+// The readiness state machine: one failing round does not turn a ready
+// node unready, two do; after that it needs three good rounds in a row
+// (reporting "recovering" until then), and a failure in between restarts
+// the count.
+func TestReadinessHysteresis(t *testing.T) {
+	var r readiness
+	fail := map[string]string{"nats": "connection reconnecting"}
+	steps := []struct {
+		failures map[string]string
+		ready    bool
+		reason   string
+	}{
+		{fail, false, "nats: connection reconnecting"}, // starting: not ready until a good round
+		{nil, true, ""},
+		{fail, true, ""},
+		{nil, true, ""},
+		{fail, true, ""},
+		{fail, false, "nats: connection reconnecting"},
+		{nil, false, "recovering: 1 of 3"},
+		{nil, false, "recovering: 2 of 3"},
+		{fail, false, "nats: connection reconnecting"},
+		{nil, false, "recovering: 1 of 3"},
+		{nil, false, "recovering: 2 of 3"},
+		{nil, true, ""},
+	}
+	if ok, reasons := r.state(); ok || !strings.HasPrefix(reasons[0], "starting") {
+		t.Fatalf("before any round: %v %v", ok, reasons)
+	}
+	for i, s := range steps {
+		r.record(s.failures)
+		ok, reasons := r.state()
+		if ok != s.ready || (s.reason != "" && (len(reasons) != 1 || !strings.HasPrefix(reasons[0], s.reason))) {
+			t.Fatalf("step %d: ready %v %v, want %v %q", i, ok, reasons, s.ready, s.reason)
+		}
+	}
+}
+
+// waitReadyz polls GET /readyz until it answers status with a message
+// containing reason, and returns the message. The deadline is a hang
+// guard only.
+func waitReadyz(t *testing.T, base string, status int, reason string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var body struct{ Error, Message, Status string }
+			_ = json.Unmarshal(b, &body)
+			last = fmt.Sprintf("%d %s", resp.StatusCode, b)
+			if resp.StatusCode == status && strings.Contains(body.Message, reason) {
+				return body.Message
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("/readyz never answered %d with %q; last: %s", status, reason, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func fastReady(c *Config) { c.ReadyInterval = 200 * time.Millisecond }
+
+// NATS cut, then NATS stalled (through a TCP proxy): each time /readyz
+// turns 503 naming nats, and 200 again once the proxy forwards again.
+func TestReadyzFollowsNATS(t *testing.T) {
+	hostport, err := testenv.HostPort(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.Proxy(t, hostport)
+	c := newTestCluster(t)
+	_, srv := c.addWith("a", nil, func(cfg *Config) {
+		fastReady(cfg)
+		cfg.NATSURL = proxy.URL(testenv.NATSURL())
+	})
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+	proxy.Cut()
+	msg := waitReadyz(t, srv.URL, http.StatusServiceUnavailable, "nats:")
+	t.Logf("with NATS cut: %s", msg)
+	proxy.Restore()
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+	proxy.Stall() // connected, but nothing answers
+	msg = waitReadyz(t, srv.URL, http.StatusServiceUnavailable, "nats:")
+	t.Logf("with NATS stalled: %s", msg)
+	proxy.Resume()
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+}
+
+// Lease writes denied (REVOKE UPDATE on the lease table from the node's
+// database role): /readyz turns 503 naming lease_store, and 200 again
+// after the GRANT.
+func TestReadyzFollowsLeaseStorePermissions(t *testing.T) {
+	dbURL := testenv.PostgresURL(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := strings.Trim(u.Query().Get("search_path"), `"`)
+	role := strings.ReplaceAll(schema, "-", "_") + "_node"
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	ident := pgx.Identifier{role}.Sanitize()
+	schemaIdent := pgx.Identifier{schema}.Sanitize()
+	exec("CREATE ROLE " + ident + " LOGIN")
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), testenv.DatabaseURL())
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), "DROP OWNED BY "+ident)
+		_, _ = c.Exec(context.Background(), "DROP ROLE "+ident)
+	})
+	// The node runs the (already applied) migrations at start, whose
+	// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database.
+	exec("GRANT CREATE ON DATABASE " + pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize() + " TO " + ident)
+	exec("GRANT USAGE ON SCHEMA " + schemaIdent + " TO " + ident)
+	exec("GRANT ALL ON ALL TABLES IN SCHEMA " + schemaIdent + " TO " + ident)
+	exec("GRANT ALL ON ALL SEQUENCES IN SCHEMA " + schemaIdent + " TO " + ident)
+	nodeURL := *u
+	nodeURL.User = url.User(role)
+	_, srv := storeNode(t, "a", nodeURL.String(), testenv.NATSPrefix(t), nil, nil, fastReady)
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+	exec("REVOKE UPDATE ON " + schemaIdent + ".agent_leases FROM " + ident)
+	msg := waitReadyz(t, srv.URL, http.StatusServiceUnavailable, "lease_store:")
+	t.Logf("with lease writes denied: %s", msg)
+	exec("GRANT UPDATE ON " + schemaIdent + ".agent_leases TO " + ident)
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+}
+
+// Redis read-only (a Redis of the test's own, turned into a replica of a
+// master that does not answer, so it refuses writes with READONLY):
+// /readyz turns 503 naming replay_store, and 200 again after REPLICAOF NO
+// ONE.
+func TestReadyzFollowsRedisReadOnly(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed: this test runs a Redis of its own")
+	}
+	port := freePort(t)
+	deadPort := freePort(t)
+	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	redisURL := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	opt, _ := redis.ParseURL(redisURL)
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // hang guard
+	defer cancel()
+	for rc.Ping(ctx).Err() != nil {
+		if ctx.Err() != nil {
+			t.Fatal("own redis-server did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, srv := storeNode(t, "a", testenv.PostgresURL(t), testenv.NATSPrefix(t), nil, nil, func(c *Config) {
+		fastReady(c)
+		c.RedisURL = redisURL
+	})
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+	if err := rc.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(deadPort)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	msg := waitReadyz(t, srv.URL, http.StatusServiceUnavailable, "replay_store:")
+	t.Logf("with Redis read-only: %s", msg)
+	if !strings.Contains(msg, "READONLY") {
+		t.Fatalf("reason %q does not carry Redis's READONLY", msg)
+	}
+	if err := rc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+}
+
+// freePort returns a TCP port nothing listens on right now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
