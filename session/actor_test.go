@@ -117,8 +117,8 @@ func TestInputsAcceptedDuringTurnRunAfterIt(t *testing.T) {
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 3)
 
 	wantSecond := []Message{{"user", "one"}, {"assistant", "done"}}
-	if !reflect.DeepEqual(second.History, wantSecond) || inputText(second.Input) != "two" {
-		t.Fatalf("second turn saw %v / %q, want %v / two", second.History, inputText(second.Input), wantSecond)
+	if !reflect.DeepEqual(second.History, wantSecond) || InputText(second.Input) != "two" {
+		t.Fatalf("second turn saw %v / %q, want %v / two", second.History, InputText(second.Input), wantSecond)
 	}
 	if len(third.History) != 4 {
 		t.Fatalf("third turn saw history %v, want 4 messages", third.History)

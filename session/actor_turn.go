@@ -365,7 +365,7 @@ func (a *actor) finishTurn(res turnResult) {
 	failed := res.err != nil
 	msg := res.msg
 	msg.Role = "assistant"
-	msgs := []Message{{Role: "user", Content: inputText(t.input.Input)}}
+	msgs := []Message{{Role: "user", Content: InputText(t.input.Input)}}
 	reserve := int64(2) // message + turn_completed
 	if failed {
 		reserve = 1 // turn_failed

@@ -35,7 +35,7 @@ type deltaData struct {
 
 // Run implements Agent.
 func (e EchoAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
-	text := inputText(turn.Input)
+	text := InputText(turn.Input)
 	words := strings.Fields(text)
 	if turn.Resume != nil {
 		done := strings.Fields(turn.Resume.Text)

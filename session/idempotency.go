@@ -103,10 +103,10 @@ func (k *keySet) add(e keyEntry) {
 	}
 }
 
-// inputText is the text of an input as the history and the echo agent see
-// it: data.text when data is an object with a string "text", the string
-// itself when data is a JSON string, else the raw JSON of data.
-func inputText(in Input) string {
+// InputText is the text of an input as the history and the agents see it:
+// data.text when data is an object with a string "text", the string itself
+// when data is a JSON string, else the raw JSON of data ("" without data).
+func InputText(in Input) string {
 	raw := bytes.TrimSpace(in.Data)
 	if len(raw) == 0 {
 		return ""

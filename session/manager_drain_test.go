@@ -47,7 +47,7 @@ func TestDrainReleasesLeases(t *testing.T) {
 			t.Fatalf("%d turns completed, want the 2 running ones", n)
 		}
 		s := loadStored(t, st.store, "s1")
-		if len(s.Inbox) != 1 || inputText(s.Inbox[0].Input) != "second" {
+		if len(s.Inbox) != 1 || InputText(s.Inbox[0].Input) != "second" {
 			t.Fatalf("s1 inbox = %+v, want the second input", s.Inbox)
 		}
 

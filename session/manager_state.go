@@ -83,7 +83,7 @@ func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, 
 			}
 		}
 		for _, e := range stored.Inbox {
-			st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(e.Input)})
+			st.Pending = append(st.Pending, Message{Role: "user", Content: InputText(e.Input)})
 		}
 	}
 	if a != nil && a.ctx.Err() == nil {
@@ -91,10 +91,10 @@ func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, 
 		st.Epoch, st.Seq, st.Running = a.epoch, v.seq, v.running != nil
 		st.Pending = make([]Message, 0, len(v.pending)+1)
 		if v.running != nil {
-			st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(v.running.Input)})
+			st.Pending = append(st.Pending, Message{Role: "user", Content: InputText(v.running.Input)})
 		}
 		for _, p := range v.pending {
-			st.Pending = append(st.Pending, Message{Role: "user", Content: inputText(p.Input)})
+			st.Pending = append(st.Pending, Message{Role: "user", Content: InputText(p.Input)})
 		}
 		if st.Source != SourceUnavailable {
 			st.Source = SourceActor

@@ -27,7 +27,7 @@ type stallEcho struct {
 func (s stallEcho) Resumable() bool { return true }
 
 func (s stallEcho) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
-	words := strings.Fields(inputText(turn.Input))
+	words := strings.Fields(InputText(turn.Input))
 	if turn.Resume != nil {
 		words = words[len(strings.Fields(turn.Resume.Text)):]
 	}
@@ -41,7 +41,7 @@ func (s stallEcho) Run(ctx context.Context, turn Turn, emit Emit) (Message, erro
 			return Message{}, err
 		}
 	}
-	return Message{Role: "assistant", Content: inputText(turn.Input)}, nil
+	return Message{Role: "assistant", Content: InputText(turn.Input)}, nil
 }
 
 // assertResumedOnce checks the replay log of a turn that ran at epoch 1 and

@@ -182,33 +182,8 @@ func (a *Agent) Messages(turn session.Turn) []ChatMessage {
 	for _, m := range turn.History {
 		add(m.Role, m.Content)
 	}
-	add("user", InputText(turn.Input))
+	add("user", session.InputText(turn.Input))
 	return msgs
-}
-
-// InputText is the text of an input as the session stores it in history:
-// data.text when data is an object with a string "text", data itself when
-// it is a JSON string, else data as JSON text.
-func InputText(in session.Input) string {
-	raw := bytes.TrimSpace(in.Data)
-	if len(raw) == 0 {
-		return ""
-	}
-	switch raw[0] {
-	case '{':
-		var obj struct {
-			Text *string `json:"text"`
-		}
-		if json.Unmarshal(raw, &obj) == nil && obj.Text != nil {
-			return *obj.Text
-		}
-	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
-		}
-	}
-	return string(raw)
 }
 
 // Run implements session.Agent: one streamed chat completion, retried
