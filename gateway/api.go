@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,9 @@ type acceptedBody struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
-// DecodeInput parses an event body: {"type":…, "data":{…}, "idempotency_key":…}.
+// DecodeInput parses an event body: {"type":…, "data":{…}, "idempotency_key":…,
+// "multitask":…}; multitask, when present, is "enqueue", "reject" or
+// "interrupt" (what the event does while a turn runs; README "Turn control").
 // type defaults to "message"; data must be a JSON object when present. It is
 // the one parser of outside event input (HTTP bodies and channel pushes).
 // Errors are *apiError values: 400 invalid_body for a body that is not that
@@ -54,6 +57,9 @@ func DecodeInput(body []byte) (session.Input, error) {
 	}
 	if len(in.Type) > 64 {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "type must be at most 64 characters")
+	}
+	if !session.ValidMultitask(in.Multitask) {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, `multitask must be "enqueue", "reject" or "interrupt"`)
 	}
 	if len(in.IdempotencyKey) > 256 {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "idempotency_key must be at most 256 characters")
@@ -195,4 +201,81 @@ func (n *Node) handleGetSession(w http.ResponseWriter, r *http.Request) {
 		Session: id, Epoch: st.Epoch, Seq: st.Seq, History: st.History, Total: st.Total, NextBefore: st.NextBefore,
 		Pending: st.Pending, Running: st.Running, Node: n.name, Owner: owner,
 	})
+}
+
+// stopBody is the 200 answer of a stop (POST
+// /api/sessions/{id}/turns/{turn}/stop, channel push "stop"):
+//
+//	{"stopped":true,"turn":"E-S"}
+//	{"stopped":false,"turn":"E-S","reason":"not_running","running":"E2-S2"}
+//
+// running is the turn running now, absent when none runs.
+type stopBody struct {
+	Stopped bool   `json:"stopped"`
+	Turn    string `json:"turn"`
+	Reason  string `json:"reason,omitempty"`
+	Running string `json:"running,omitempty"`
+}
+
+// parseTurnID parses a turn id "<epoch>-<seq>" from a route or a push.
+func parseTurnID(s string) (session.Position, *apiError) {
+	p, ok := session.ParseTurnID(s)
+	if !ok {
+		return p, errorf(http.StatusBadRequest, CodeInvalidTurn, `turn must be "<epoch>-<seq>" (the position of the turn's input, e.g. 3-17)`)
+	}
+	return p, nil
+}
+
+// stop routes a stop of turn in session id to its owner
+// (session.Manager.Control) and maps the outcome: the owner's answer as
+// stopBody, or the error answer of an event (n.answer: a retry directive
+// while ownership moves).
+func (n *Node) stop(ctx context.Context, id string, turn session.Position) (stopBody, *apiError) {
+	out := n.manager.Control(ctx, id, session.Control{Op: session.OpStop, Turn: turn})
+	if out.Kind != session.OutcomeAccepted || out.Accepted.Control == nil {
+		if out.Kind == session.OutcomeAccepted {
+			out = session.Outcome{Kind: session.OutcomeFailed, Err: session.ErrForwardFailed}
+		}
+		_, ae := n.answer(out)
+		return stopBody{}, ae
+	}
+	r := out.Accepted.Control
+	b := stopBody{Stopped: r.Stopped, Turn: r.Turn.String(), Reason: r.Reason}
+	if r.Running != nil {
+		b.Running = r.Running.String()
+	}
+	return b, nil
+}
+
+// handleStopTurn serves POST /api/sessions/{id}/turns/{turn}/stop. The body
+// is ignored.
+func (n *Node) handleStopTurn(w http.ResponseWriter, r *http.Request) {
+	id, ok := n.sessionParam(w, r)
+	if !ok {
+		return
+	}
+	turn, ae := parseTurnID(chi.URLParam(r, "turn"))
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	b, ae := n.stop(r.Context(), id, turn)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+// decodeStopPush parses a "stop" push payload: {"turn":"<epoch>-<seq>"}.
+func decodeStopPush(payload []byte) (session.Position, *apiError) {
+	var p struct {
+		Turn string `json:"turn"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil || dec.More() {
+		return session.Position{}, errorf(http.StatusBadRequest, CodeInvalidBody, `stop payload must be {"turn":"<epoch>-<seq>"}`)
+	}
+	return parseTurnID(p.Turn)
 }

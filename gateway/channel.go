@@ -127,12 +127,24 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	return res, nil
 }
 
-// HandleIn takes a "message" push down the same path as an event POST.
+// HandleIn takes a "message" push down the same path as an event POST, and
+// a "stop" push {"turn":"<epoch>-<seq>"} down the path of a stop POST.
 func (h *sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, event string, payload json.RawMessage) (any, error) {
-	if event != "message" {
-		return nil, replyErr("unknown_event", "session channels accept only \"message\" pushes")
-	}
 	id := sessionID(ch.Topic())
+	switch event {
+	case "message":
+	case "stop":
+		turn, ae := decodeStopPush(payload)
+		if ae == nil {
+			var b stopBody
+			if b, ae = h.n.stop(ctx, id, turn); ae == nil {
+				return b, nil
+			}
+		}
+		return nil, ae.pushReply()
+	default:
+		return nil, replyErr("unknown_event", "session channels accept only \"message\" and \"stop\" pushes")
+	}
 	in, err := DecodeInput(payload)
 	if err != nil {
 		ae := asAPIError(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/muster"
+	"github.com/relaygw/relay/session"
 )
 
 // Config is the whole configuration of a gateway node. The struct tags feed
@@ -57,6 +58,8 @@ type Config struct {
 	HistoryWindow  int           `name:"history-window" env:"HISTORY_WINDOW" default:"50" help:"Newest history messages a session's agent is given as context."`
 
 	MaxTurnAttempts int `name:"max-turn-attempts" env:"MAX_TURN_ATTEMPTS" default:"3" help:"Runs a turn gets (first run, resumes and restarts on later owners) before it ends as turn_failed."`
+
+	DoubleTexting string `name:"double-texting" env:"DOUBLE_TEXTING" default:"enqueue" enum:"enqueue,reject,interrupt" help:"What an event without a multitask field does while a turn runs: enqueue, reject (409 session_busy_turn) or interrupt (stop the running turn)."`
 }
 
 // DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".
@@ -69,7 +72,7 @@ func DefaultConfig() Config {
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, DrainWindow: 30 * time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
 		CensusInterval: 5 * time.Second,
-		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
+		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3, DoubleTexting: session.MultitaskEnqueue,
 	}
 }
 
@@ -100,6 +103,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: LEASE_RENEW (%v) must be shorter than LEASE_TTL (%v) minus the %v safety margin", c.LeaseRenew, c.LeaseTTL, c.renewMargin())
 	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0 || c.CensusInterval <= 0:
 		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW, FORWARD_TIMEOUT and CENSUS_INTERVAL must be positive")
+	case !session.ValidMultitask(c.DoubleTexting):
+		return fmt.Errorf("gateway: DOUBLE_TEXTING %q must be enqueue, reject or interrupt", c.DoubleTexting)
 	case c.MaxTurnAttempts < 1:
 		return errors.New("gateway: MAX_TURN_ATTEMPTS must be at least 1")
 	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:

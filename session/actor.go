@@ -71,8 +71,10 @@ type actorView struct {
 	running *pendingInput
 }
 
+// submitReq is an input, or a control when ctl is set.
 type submitReq struct {
 	in    Input
+	ctl   *Control
 	reply chan submitReply // buffered 1
 }
 
@@ -100,13 +102,13 @@ func newActor(m *Manager, id string, l Lease, claimStart time.Time) *actor {
 
 // submit hands in to the actor and waits for its answer. retry is true when
 // the actor retired before answering: the caller should claim again.
-func (a *actor) submit(ctx context.Context, in Input) (acc Accepted, retry bool, err error) {
+func (a *actor) submit(ctx context.Context, req *submitReq) (acc Accepted, retry bool, err error) {
 	select {
 	case <-a.done:
 		return Accepted{}, a.retryable(), a.cause()
 	default:
 	}
-	req := &submitReq{in: in, reply: make(chan submitReply, 1)}
+	req.reply = make(chan submitReply, 1)
 	select {
 	case a.mailbox <- req:
 	default:
@@ -124,7 +126,7 @@ func (a *actor) submit(ctx context.Context, in Input) (acc Accepted, retry bool,
 			return Accepted{}, a.retryable(), a.cause()
 		}
 	case <-ctx.Done():
-		return Accepted{}, false, fmt.Errorf("session: submit %q: waiting for acceptance: %w", a.id, ctx.Err())
+		return Accepted{}, false, fmt.Errorf("session: submit %q: waiting for the owner's answer: %w", a.id, ctx.Err())
 	}
 }
 
@@ -160,7 +162,11 @@ func (a *actor) run() {
 		select {
 		case <-a.ctx.Done():
 		case req := <-a.mailbox:
-			a.accept(req)
+			if req.ctl != nil {
+				a.control(req)
+			} else {
+				a.accept(req)
+			}
 		case req := <-a.emits:
 			a.handleEmit(req)
 		case res := <-a.turnDone:

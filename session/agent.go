@@ -9,6 +9,11 @@ import (
 type Message struct {
 	Role    string `json:"role"` // "user" or "assistant"
 	Content string `json:"content"`
+	// Stopped marks an assistant reply cut short by a stop (a client's
+	// stop, or a double-texting interrupt): Content is the partial reply
+	// streamed before the turn was stopped (docs/OWNERSHIP.md "Turn
+	// control").
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // Turn is the input of one agent turn.
@@ -49,6 +54,11 @@ type Input struct {
 	Type           string          `json:"type"`
 	Data           json.RawMessage `json:"data"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	// Multitask is what the input does if it arrives while a turn runs:
+	// "enqueue", "reject" or "interrupt" ("": Config.DoubleTexting). It
+	// is applied when the input is accepted and not stored with it
+	// (docs/OWNERSHIP.md "Turn control").
+	Multitask string `json:"multitask,omitempty"`
 }
 
 // Emit publishes a partial result of a running turn (a "delta" event with the
