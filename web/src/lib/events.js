@@ -29,7 +29,13 @@ export const EVENT_TYPES = Object.freeze([
   "message",
   "turn_completed",
   "turn_failed",
+  "turn_stopped",
 ]);
+
+/** The id of a turn, "<epoch>-<seq>" of its input, from a turn_* event's data.turn. */
+export function turnId(turn) {
+  return turn ? `${Number(turn.epoch)}-${Number(turn.seq)}` : "";
+}
 
 /**
  * The text a user_event carries. The gateway records the accepted input as the
