@@ -35,6 +35,9 @@ const (
 	CodeFenced           = "fenced"                 // 409: this node lost the session mid-request
 	CodeSessionBusyTurn  = "session_busy_turn"      // 409: a turn is running and the event's multitask is reject; "turn" names it
 	CodeInvalidTurn      = "invalid_turn"           // 400: the turn id is not "<epoch>-<seq>"
+	CodeAnswered         = "interrupt_answered"     // 409: the interrupt was answered already (the first answer wins)
+	CodeExpired          = "interrupt_expired"      // 409: the interrupt's expires_at has passed
+	CodeNoInterrupt      = "interrupt_not_found"    // 404: the session has no interrupt of that id
 	CodeInternal         = "internal"               // 500: unexpected server error (logged)
 )
 
@@ -98,6 +101,9 @@ func invalidSessionID() *apiError {
 //	failed: busy (here or at owner)   → 429 session_busy
 //	failed: a turn runs and the event
 //	  says multitask reject           → 409 session_busy_turn + "turn"
+//	failed: an answer to an interrupt
+//	  answered / expired / unknown    → 409 interrupt_answered / 409
+//	                                    interrupt_expired / 404 interrupt_not_found
 //	failed: forward timeout           → 504 forward_timeout
 //	failed: inbox write unconfirmed
 //	  (here or at the owner)          → 504 outcome_unknown
@@ -143,6 +149,12 @@ func (n *Node) answer(out session.Outcome) (acceptedBody, *apiError) {
 			if errors.As(err, &busy) {
 				ae.Turn = busy.Turn.String()
 			}
+		case errors.Is(err, session.ErrInterruptAnswered):
+			ae = errorf(http.StatusConflict, CodeAnswered, "the interrupt was answered already; the first answer wins")
+		case errors.Is(err, session.ErrInterruptExpired):
+			ae = errorf(http.StatusConflict, CodeExpired, "the interrupt has expired")
+		case errors.Is(err, session.ErrInterruptNotFound):
+			ae = errorf(http.StatusNotFound, CodeNoInterrupt, "the session has no interrupt of that id")
 		case errors.Is(err, session.ErrInvalidControl):
 			ae = errorf(http.StatusBadRequest, CodeInvalidBody, err.Error())
 		case errors.Is(err, session.ErrBusy):

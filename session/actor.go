@@ -56,6 +56,8 @@ type actor struct {
 	// head's turn journal found at thaw, used by its first run here.
 	prev    *Position
 	journal *journal
+	// wait is the session's newest interrupt (nil: none known).
+	wait *waitState
 
 	mu   sync.Mutex // guards view
 	view actorView
@@ -171,6 +173,8 @@ func (a *actor) run() {
 			a.handleEmit(req)
 		case res := <-a.turnDone:
 			a.finishTurn(res)
+		case <-a.expiryC():
+			a.expire()
 		case <-idleC:
 			a.idle = nil
 			a.hibernate()
@@ -280,6 +284,7 @@ func (a *actor) thaw() error {
 		a.pending = append(a.pending, pendingInput{Input: e.Input, Epoch: e.Epoch, Seq: e.Seq, Attempts: e.Attempts})
 	}
 	a.readTail(th)
+	a.thawWait(th.History, th.Inbox)
 	a.m.stats.thaws.Add(1)
 	a.m.tr.Emit("session.thaw", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch,
 		"seq", a.seq, "from_epoch", th.FromEpoch, "history", len(a.history), "pending", len(a.pending))
@@ -301,6 +306,7 @@ func (a *actor) hibernate() {
 func (a *actor) exit() {
 	cause := a.cause()
 	a.stopIdle()
+	a.stopExpiry()
 	a.haltTurn(cause)
 	a.renewer.stop()
 	clean := errors.Is(cause, errHibernated) || errors.Is(cause, errDrained)

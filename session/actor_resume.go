@@ -183,7 +183,7 @@ func (a *actor) turnEnd(th Thawed, evs []Event, logTop Position, last Position) 
 	hasMessage := false
 	for _, ev := range evs[start+1:] {
 		switch ev.Type {
-		case TypeTurnCompleted, TypeTurnFailed, TypeTurnStopped, TypeTurnStarted, TypeTurnResumed:
+		case TypeTurnCompleted, TypeTurnFailed, TypeTurnStopped, TypeInterrupt, TypeTurnStarted, TypeTurnResumed:
 			return nil
 		case TypeMessage:
 			hasMessage = true
@@ -193,6 +193,8 @@ func (a *actor) turnEnd(th Thawed, evs []Event, logTop Position, last Position) 
 	var types []string
 	var datas []json.RawMessage
 	switch {
+	case reply.Role == RoleInterrupt:
+		types, datas = []string{TypeInterrupt}, []json.RawMessage{json.RawMessage(reply.Content)}
 	case reply.Role == "assistant" && reply.Stopped:
 		data, _ := json.Marshal(stoppedData{Turn: last, Partial: reply.Content})
 		types, datas = []string{TypeTurnStopped}, []json.RawMessage{data}

@@ -24,6 +24,9 @@ type turnRun struct {
 	stopped bool
 	waiters []chan submitReply
 	partial strings.Builder
+	// interrupt is the question the agent ended the turn with (emitted
+	// TypeInterrupt), published with the turn's end.
+	interrupt *Interrupt
 }
 
 // newTurnRun starts the context of a turn of p under parent.
@@ -85,6 +88,13 @@ func (a *actor) accept(req *submitReq) {
 			return
 		}
 	}
+	if in.Type == TypeResume {
+		if err := a.checkAnswer(in); err != nil {
+			a.m.tr.Emit("session.answer.refused", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
+			req.reply <- submitReply{err: fmt.Errorf("session: submit %q: %w", a.id, err)}
+			return
+		}
+	}
 	// Double texting (docs/OWNERSHIP.md "Turn control"): the mode is
 	// applied here and not stored with the input.
 	mode := in.Multitask
@@ -135,6 +145,7 @@ func (a *actor) accept(req *submitReq) {
 	if _, err := a.emit(TypeUserEvent, data); err != nil {
 		a.m.log.Warn("accepted input's user_event not emitted", zap.String("session", a.id), zap.Stringer("pos", p.pos()), zap.Error(err))
 	}
+	a.noteAccepted(in)
 	if running && mode == MultitaskInterrupt {
 		// The new input runs next, with the stopped turn's partial reply
 		// in its history.
@@ -309,7 +320,7 @@ func (a *actor) startTurn() {
 	ctx := run.ctx
 	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
 		"input_epoch", p.Epoch, "input_seq", p.Seq, "attempt", attempt, "resumed", resume != nil)
-	turn := Turn{Session: a.id, Input: p.Input, History: before, Resume: resume}
+	turn := Turn{Session: a.id, Input: p.Input, History: before, Resume: resume, ID: p.pos(), Answer: a.answerFor(p)}
 	a.m.wg.Add(1)
 	go func() {
 		defer a.m.wg.Done()
@@ -331,7 +342,7 @@ func runAgent(ctx context.Context, ag Agent, turn Turn, emit Emit) (msg Message,
 // reservedTypes are the lifecycle events only the actor emits.
 var reservedTypes = map[string]bool{
 	TypeUserEvent: true, TypeTurnStarted: true, TypeTurnResumed: true, TypeMessage: true, TypeTurnCompleted: true, TypeTurnFailed: true,
-	TypeTurnStopped: true,
+	TypeTurnStopped: true, TypeInterruptExpired: true,
 }
 
 // emitFunc is the Emit handed to the agent of the turn running under tctx:
@@ -366,6 +377,21 @@ func (a *actor) handleEmit(req *emitReq) {
 		req.reply <- fmt.Errorf("session: emit %q: turn stopped", req.typ)
 		return
 	}
+	if a.turn.interrupt != nil {
+		req.reply <- fmt.Errorf("session: emit %q: the turn ended with interrupt %q", req.typ, a.turn.interrupt.ID)
+		return
+	}
+	if req.typ == TypeInterrupt {
+		// Held until the turn's end is written, then published as its
+		// last event (docs/OWNERSHIP.md "Interrupts").
+		iv, err := parseInterrupt(req.data)
+		if err == nil {
+			iv.Turn = a.turn.input.pos()
+			a.turn.interrupt = &iv
+		}
+		req.reply <- err
+		return
+	}
 	_, err := a.emit(req.typ, req.data)
 	if err == nil {
 		a.turn.addPartial(req.typ, req.data)
@@ -396,6 +422,11 @@ func (a *actor) finishTurn(res turnResult) {
 	}
 	stopped := t.stopped && res.err != nil
 	failed := res.err != nil && !stopped
+	asked := !stopped && !failed && t.interrupt != nil
+	var askedData []byte
+	if asked {
+		askedData, _ = json.Marshal(t.interrupt)
+	}
 	msg := res.msg
 	msg.Role = "assistant"
 	msgs := []Message{{Role: "user", Content: inputText(t.input.Input)}}
@@ -406,6 +437,9 @@ func (a *actor) finishTurn(res turnResult) {
 		msgs = append(msgs, Message{Role: "assistant", Content: t.partial.String(), Stopped: true})
 	case failed:
 		reserve = 1 // turn_failed
+	case asked:
+		reserve = 1 // interrupt
+		msgs = append(msgs, Message{Role: RoleInterrupt, Content: string(askedData)})
 	default:
 		msgs = append(msgs, msg)
 	}
@@ -439,6 +473,13 @@ func (a *actor) finishTurn(res turnResult) {
 	// A stop that came after the agent had returned its reply changed
 	// nothing: the turn completes.
 	t.answerStops(false, nil)
+	if asked {
+		a.raise(*t.interrupt)
+		a.m.stats.interrupts.Add(1)
+		a.m.tr.Emit("session.interrupt", "owner", a.m.cfg.Owner, "session", a.id, "interrupt", t.interrupt.ID)
+		a.emit(TypeInterrupt, askedData)
+		return
+	}
 	if failed {
 		a.m.stats.turnsFailed.Add(1)
 		data, _ := json.Marshal(map[string]string{"error": res.err.Error()})

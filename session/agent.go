@@ -28,6 +28,15 @@ type Turn struct {
 	// partial text included) as its message. Nil for a turn's first run
 	// and for a restarted one (docs/OWNERSHIP.md "Turn journal and resume").
 	Resume *TurnResume
+	// ID is the position of the turn's input (its user_event): the turn
+	// id "<epoch>-<seq>" a client names in a stop.
+	ID Position
+	// Answer is set for a continuation turn: the input answers the
+	// interrupt the previous turn ended with (Answer.Interrupt) with
+	// Answer.Value (docs/OWNERSHIP.md "Interrupts"). An agent ends a turn
+	// with a question by emitting TypeInterrupt with {"id","kind",
+	// "payload","expires_at"} and returning; it may emit nothing after it.
+	Answer *InterruptAnswer
 }
 
 // TurnResume is what a resumed turn starts from: its journal, read from

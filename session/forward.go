@@ -112,6 +112,9 @@ const (
 	CodeUnknown     = "outcome_unknown"        // ErrOutcomeUnknown: the input may have been accepted
 	CodeTurnBusy    = "turn_busy"              // *TurnBusyError: a turn runs and the input asked to be rejected; Turn says which
 	CodeBadControl  = "invalid_control"        // ErrInvalidControl: the control's op is unknown; nothing changed
+	CodeAnswered    = "interrupt_answered"     // ErrInterruptAnswered: nothing was accepted
+	CodeExpired     = "interrupt_expired"      // ErrInterruptExpired: nothing was accepted
+	CodeNoInterrupt = "interrupt_not_found"    // ErrInterruptNotFound: nothing was accepted
 	CodeBadRequest  = "bad_request"            // the forward request could not be decoded
 	CodeInternal    = "internal"               // anything else a node may answer
 )
@@ -166,6 +169,12 @@ func (e *RemoteError) Unwrap() error {
 		return ErrTurnBusy
 	case CodeBadControl:
 		return ErrInvalidControl
+	case CodeAnswered:
+		return ErrInterruptAnswered
+	case CodeExpired:
+		return ErrInterruptExpired
+	case CodeNoInterrupt:
+		return ErrInterruptNotFound
 	}
 	return nil
 }
@@ -182,6 +191,12 @@ func RemoteErrorOf(err error) *RemoteError {
 		return &RemoteError{Code: CodeTurnBusy, Message: err.Error(), Turn: &busy.Turn}
 	case errors.Is(err, ErrInvalidControl):
 		code = CodeBadControl
+	case errors.Is(err, ErrInterruptAnswered):
+		code = CodeAnswered
+	case errors.Is(err, ErrInterruptExpired):
+		code = CodeExpired
+	case errors.Is(err, ErrInterruptNotFound):
+		code = CodeNoInterrupt
 	case errors.Is(err, ErrInvalidID):
 		code = CodeInvalidID
 	case errors.Is(err, ErrIdempotencyKeyReused):

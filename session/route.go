@@ -205,7 +205,8 @@ func (m *Manager) forward(ctx context.Context, holder string, req ForwardRequest
 func (m *Manager) settle(id string, err error, remote bool, hops int) Outcome {
 	refuse := !errors.Is(err, ErrInvalidID) && !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrBusy) &&
 		!errors.Is(err, ErrIdempotencyKeyReused) && !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrTurnBusy) &&
-		!errors.Is(err, ErrInvalidControl)
+		!errors.Is(err, ErrInvalidControl) && !errors.Is(err, ErrInterruptAnswered) && !errors.Is(err, ErrInterruptExpired) &&
+		!errors.Is(err, ErrInterruptNotFound)
 	if remote {
 		var re *RemoteError
 		refuse = errors.As(err, &re) && (errors.Is(err, ErrDraining) || errors.Is(err, ErrFenced) || errors.Is(err, ErrStoreUnavailable))
