@@ -127,8 +127,9 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	return res, nil
 }
 
-// HandleIn takes a "message" push down the same path as an event POST, and
-// a "stop" push {"turn":"<epoch>-<seq>"} down the path of a stop POST.
+// HandleIn takes a "message" push down the same path as an event POST, a
+// "stop" push {"turn":"<epoch>-<seq>"} down the path of a stop POST, and a
+// "resume" push {"interrupt","value"} down the path of an interrupt answer.
 func (h *sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, event string, payload json.RawMessage) (any, error) {
 	id := sessionID(ch.Topic())
 	switch event {
@@ -142,8 +143,20 @@ func (h *sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, eve
 			}
 		}
 		return nil, ae.pushReply()
+	case "resume":
+		in, err := decodeResumePush(payload)
+		if err != nil {
+			ae := asAPIError(err)
+			h.n.metrics.refused.WithLabelValues(ae.Code).Inc()
+			return nil, ae.pushReply()
+		}
+		acc, ae := h.n.submit(ctx, id, in)
+		if ae != nil {
+			return nil, ae.pushReply()
+		}
+		return acc, nil
 	default:
-		return nil, replyErr("unknown_event", "session channels accept only \"message\" and \"stop\" pushes")
+		return nil, replyErr("unknown_event", "session channels accept only \"message\", \"stop\" and \"resume\" pushes")
 	}
 	in, err := DecodeInput(payload)
 	if err != nil {

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/relaygw/relay/internal/trace"
+	"github.com/relaygw/relay/session"
 )
 
 // Turn control over HTTP (README "Turn control"): the echo agent, with an
@@ -111,4 +113,84 @@ func TestTurnControlHTTP(t *testing.T) {
 func jsonInt(v any) string {
 	f, _ := v.(float64)
 	return strconv.FormatInt(int64(f), 10)
+}
+
+// Interrupts over HTTP: the echo agent asked to ask raises an interrupt;
+// the first answer is 202 and its continuation streams; a second is 409
+// interrupt_answered, an unknown id 404 interrupt_not_found, a bad body
+// 400 invalid_body. The history shows the interrupt (role interrupt).
+func TestInterruptHTTP(t *testing.T) {
+	_, srv, tr := testNode(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	base := srv.URL + "/api/sessions/ih1"
+	if status, _, b := do(t, "POST", base+"/events", testAPIKey, "", `{"data":{"text":"go on","ask":true}}`); status != http.StatusAccepted {
+		t.Fatalf("post: %d %v", status, b)
+	}
+	if _, err := tr.WaitForN(ctx, trace.Kind("session.emit", "session", "ih1", "type", "interrupt"), 1); err != nil {
+		t.Fatal(err, tr.Dump())
+	}
+	_, _, sess := do(t, "GET", base, testAPIKey, "", "")
+	hist, _ := sess["history"].([]any)
+	if len(hist) != 2 || hist[1].(map[string]any)["role"] != "interrupt" {
+		t.Fatalf("history %v, want the interrupt", sess["history"])
+	}
+	for _, tc := range []struct {
+		iid, body string
+		status    int
+		code      string
+	}{
+		{"nope", `{"value":"approve"}`, http.StatusNotFound, CodeNoInterrupt},
+		{"ask-1-1", `{"value":"approve","extra":1}`, http.StatusBadRequest, CodeInvalidBody},
+		{"ask-1-1", `[1]`, http.StatusBadRequest, CodeInvalidBody},
+		{"bad%20id", `{"value":1}`, http.StatusBadRequest, CodeInvalidBody},
+	} {
+		if status, _, b := do(t, "POST", base+"/interrupts/"+tc.iid, testAPIKey, "", tc.body); status != tc.status || b["error"] != tc.code {
+			t.Fatalf("answer %s %s = %d %v, want %d %s", tc.iid, tc.body, status, b, tc.status, tc.code)
+		}
+	}
+	status, _, b := do(t, "POST", base+"/interrupts/ask-1-1", testAPIKey, "", `{"value":"approve","idempotency_key":"ans"}`)
+	if status != http.StatusAccepted || b["seq"] == nil {
+		t.Fatalf("first answer = %d %v", status, b)
+	}
+	if status, _, b := do(t, "POST", base+"/interrupts/ask-1-1", testAPIKey, "", `{"value":"deny"}`); status != http.StatusConflict || b["error"] != CodeAnswered {
+		t.Fatalf("second answer = %d %v, want 409 %s", status, b, CodeAnswered)
+	}
+	if _, err := tr.WaitForN(ctx, trace.Kind("session.emit", "session", "ih1", "type", "turn_completed"), 1); err != nil {
+		t.Fatal(err, tr.Dump())
+	}
+	_, _, sess = do(t, "GET", base, testAPIKey, "", "")
+	hist, _ = sess["history"].([]any)
+	if last := hist[len(hist)-1].(map[string]any); last["content"] != "go on" {
+		t.Fatalf("continuation reply %v, want the approved text", last)
+	}
+}
+
+// FuzzDecodeAnswer: an answer body either decodes to a resume input that
+// the input contract accepts and that names the interrupt, or is refused
+// with a documented code.
+func FuzzDecodeAnswer(f *testing.F) {
+	for _, s := range []string{`{"value":"approve"}`, `{}`, `{"value":{"a":[1,2]},"idempotency_key":"k"}`, `{"value":1e999}`, `[]`, `{"value":"\u0000"}`, `{"x":1}`, ``} {
+		f.Add("ask-1-1", s)
+	}
+	f.Fuzz(func(t *testing.T, iid, body string) {
+		in, err := DecodeAnswer(iid, []byte(body))
+		if err != nil {
+			ae := asAPIError(err)
+			if ae.Code != CodeInvalidBody && ae.Code != CodeInvalidInput {
+				t.Fatalf("DecodeAnswer(%q, %q) = %v: undocumented code", iid, body, err)
+			}
+			return
+		}
+		if in.Type != session.TypeResume || session.ValidateInput(in) != nil {
+			t.Fatalf("DecodeAnswer(%q, %q) = %+v: not a valid resume input", iid, body, in)
+		}
+		var d struct {
+			Interrupt string          `json:"interrupt"`
+			Value     json.RawMessage `json:"value"`
+		}
+		if json.Unmarshal(in.Data, &d) != nil || d.Interrupt != iid || len(d.Value) == 0 {
+			t.Fatalf("DecodeAnswer(%q, %q) data %s does not name the interrupt", iid, body, in.Data)
+		}
+	})
 }
