@@ -30,6 +30,8 @@ export const EVENT_TYPES = Object.freeze([
   "turn_completed",
   "turn_failed",
   "turn_stopped",
+  "interrupt",
+  "interrupt_expired",
 ]);
 
 /** The id of a turn, "<epoch>-<seq>" of its input, from a turn_* event's data.turn. */
