@@ -528,3 +528,45 @@ type agentFunc func(ctx context.Context, turn session.Turn, emit session.Emit) (
 func (f agentFunc) Run(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
 	return f(ctx, turn, emit)
 }
+
+// A stop sent while the owner is gone but its lease still live is refused
+// with a retry directive (nothing reached a turn); re-sent after the lease
+// lapsed, it reaches the node that takes the session over, which restarts
+// the turn from the inbox and stops that turn: the one the stop named.
+func TestStopDuringTakeoverRetriedReachesNewOwner(t *testing.T) {
+	e := newRouteEnv(t)
+	started := make(chan string, 8)
+	agent := agentFunc(func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+		started <- turn.ID.String()
+		<-ctx.Done()
+		return session.Message{}, context.Cause(ctx)
+	})
+	tune := func(c *session.Config) { c.Agent = agent }
+	a := e.node("a/1", nil, tune)
+	b := e.node("b/1", nil, tune)
+	ctx := ctxT(t)
+	acc := mustAccepted(t, a.Submit(ctx, "s1", input("long", "")))
+	if got := <-started; got != acc.Pos().String() {
+		t.Fatalf("turn %s started, want %v", got, acc.Pos())
+	}
+	e.crash("a/1", a)
+
+	stop := session.Control{Op: session.OpStop, Turn: acc.Pos()}
+	out := b.Control(ctx, "s1", stop)
+	if out.Kind != session.OutcomeRefused || out.Retry.After <= 0 {
+		t.Fatalf("stop during the takeover window = %v %v (retry %+v), want refused with a retry directive", out.Kind, out.Err, out.Retry)
+	}
+	e.clock.Advance(routeTTL + time.Second)
+	out = b.Control(ctx, "s1", stop)
+	r := mustAccepted(t, out).Control
+	if r == nil || !r.Stopped || r.Turn != acc.Pos() {
+		t.Fatalf("re-sent stop = %+v, want the turn stopped on the new owner", r)
+	}
+	if got := <-started; got != acc.Pos().String() {
+		t.Fatalf("the new owner ran turn %s, want %v", got, acc.Pos())
+	}
+	st, err := b.State(ctx, "s1", session.HistoryQuery{})
+	if err != nil || len(st.History) != 2 || !st.History[1].Stopped || st.Epoch != acc.Epoch+1 || len(st.Pending) != 0 {
+		t.Fatalf("state after the stop = %+v (%v), want the turn ended stopped at epoch %d", st, err, acc.Epoch+1)
+	}
+}
