@@ -194,3 +194,31 @@ func FuzzDecodeAnswer(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeControlPushes: a "stop" or "resume" push payload either
+// decodes (a turn id that round-trips; a valid resume input) or is refused
+// with a documented code.
+func FuzzDecodeControlPushes(f *testing.F) {
+	for _, s := range []string{`{"turn":"3-17"}`, `{"turn":7}`, `{}`, `{"interrupt":"ask-1-1","value":"approve"}`, `{"interrupt":"x","value":{"a":1},"idempotency_key":"k"}`, `[]`, `{"turn":"1-1","x":1}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, payload string) {
+		if p, ae := decodeStopPush([]byte(payload)); ae != nil {
+			if ae.Code != CodeInvalidBody && ae.Code != CodeInvalidTurn {
+				t.Fatalf("stop %q: undocumented code %s", payload, ae.Code)
+			}
+		} else if q, ok := session.ParseTurnID(p.String()); !ok || q != p {
+			t.Fatalf("stop %q decoded to %v, which is no turn id", payload, p)
+		}
+		in, err := decodeResumePush([]byte(payload))
+		if err != nil {
+			if c := asAPIError(err).Code; c != CodeInvalidBody && c != CodeInvalidInput {
+				t.Fatalf("resume %q: undocumented code %s", payload, c)
+			}
+			return
+		}
+		if in.Type != session.TypeResume || session.ValidateInput(in) != nil {
+			t.Fatalf("resume %q decoded to an invalid input %+v", payload, in)
+		}
+	})
+}
