@@ -144,12 +144,13 @@ export function recordEvents(channel, name = channel.topic) {
 
 /**
  * Resolves with a snapshot of the items up to and including the first turn_completed
- * (or turn_failed) at or after index from.
+ * (or turn_failed, or turn_stopped) at or after index from.
  */
 export function untilTurnEnds(inbox, from = 0) {
   return inbox.until((items) => {
     for (let i = from; i < items.length; i++) {
-      if (items[i].type === "turn_completed" || items[i].type === "turn_failed") return items.slice(0, i + 1);
+      const type = items[i].type;
+      if (type === "turn_completed" || type === "turn_failed" || type === "turn_stopped") return items.slice(0, i + 1);
     }
     return null;
   }, "turn_completed");

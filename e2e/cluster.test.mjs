@@ -177,3 +177,56 @@ test("viewers: /admin/viewers on every node counts the sockets of all three proc
   sockets[2].disconnect();
   await untilViewers(topic, 2);
 }));
+
+test("interrupt: raised on the owner, answered by a client on another node, continuation runs, replayed to a late joiner", withLogs(async (t) => {
+  const id = uniqueId("ask-");
+  const topic = `session:${id}`;
+  const sa = await openSocket(t, a);
+  const cha = sa.channel(topic, FROM_START);
+  const ea = recordEvents(cha, `watcher on ${a.nodeName}`);
+  assert.equal((await join(cha)).status, "ok");
+
+  const asked = await b.postEvent(id, { data: { text: "ship it", ask: true } });
+  assert.equal(asked.status, 202, JSON.stringify(asked.body));
+  const iv = await ea.until((items) => items.find((e) => e.type === "interrupt"), "interrupt");
+  const turn = `${asked.body.epoch}-${asked.body.seq}`;
+  assert.equal(iv.payload.data.id, `ask-${turn}`);
+  assert.equal(iv.payload.data.kind, "approval");
+  assert.deepEqual(iv.payload.data.payload.choices, ["approve", "deny"]);
+
+  // A second client, on C, answers by push.
+  const sc = await openSocket(t, c);
+  const chc = sc.channel(topic, {});
+  assert.equal((await join(chc)).status, "ok");
+  const answer = await new Promise((resolve) => {
+    chc.push("resume", { interrupt: iv.payload.data.id, value: "approve" })
+      .receive("ok", (r) => resolve({ status: "ok", r }))
+      .receive("error", (r) => resolve({ status: "error", r }))
+      .receive("timeout", () => resolve({ status: "timeout" }));
+  });
+  assert.equal(answer.status, "ok", JSON.stringify(answer.r));
+  const events = await ea.until((items) => (items.some((e) => e.type === "turn_completed") ? items : null), "continuation's turn_completed");
+  assert.equal(
+    events.map((e) => e.type).join(" "),
+    "user_event turn_started interrupt user_event turn_started delta delta message turn_completed",
+  );
+  assert.deepEqual(events[3].payload.data, { type: "resume", data: { interrupt: iv.payload.data.id, value: "approve" } });
+  assert.equal(events.find((e) => e.type === "message").payload.data.content, "ship it");
+
+  // A second answer, through A, is refused.
+  const late = await a.request(`/api/sessions/${id}/interrupts/${iv.payload.data.id}`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${a.apiKey}`, "Content-Type": "application/json" },
+    body: JSON.stringify({ value: "deny" }),
+  });
+  assert.equal(late.status, 409, JSON.stringify(late.body));
+  assert.equal(late.body.error, "interrupt_answered");
+
+  // A late joiner on C replays the interrupt and its answer.
+  const sl = await openSocket(t, c);
+  const chl = sl.channel(topic, FROM_START);
+  const el = recordEvents(chl, "late joiner");
+  assert.equal((await join(chl)).status, "ok");
+  const replayed = await el.until((items) => (items.some((e) => e.type === "turn_completed") ? items : null), "replayed turn_completed");
+  assert.deepEqual(replayed.map((e) => e.type), events.map((e) => e.type));
+}));

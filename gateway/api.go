@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +26,9 @@ type acceptedBody struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
-// DecodeInput parses an event body: {"type":…, "data":{…}, "idempotency_key":…}.
+// DecodeInput parses an event body: {"type":…, "data":{…}, "idempotency_key":…,
+// "multitask":…}; multitask, when present, is "enqueue", "reject" or
+// "interrupt" (what the event does while a turn runs; README "Turn control").
 // type defaults to "message"; data must be a JSON object when present. It is
 // the one parser of outside event input (HTTP bodies and channel pushes).
 // Errors are *apiError values: 400 invalid_body for a body that is not that
@@ -54,6 +57,9 @@ func DecodeInput(body []byte) (session.Input, error) {
 	}
 	if len(in.Type) > 64 {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "type must be at most 64 characters")
+	}
+	if !session.ValidMultitask(in.Multitask) {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, `multitask must be "enqueue", "reject" or "interrupt"`)
 	}
 	if len(in.IdempotencyKey) > 256 {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "idempotency_key must be at most 256 characters")
@@ -88,22 +94,21 @@ func (n *Node) sessionParam(w http.ResponseWriter, r *http.Request) (string, boo
 // with invalid_body.
 const bodyReadTimeout = 10 * time.Second
 
-// handlePostEvent serves POST /api/sessions/{id}/events.
-func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
-	id, ok := n.sessionParam(w, r)
-	if !ok {
-		return
-	}
-	// refuse counts a refusal made before the event reaches the session
-	// (n.answer counts those after) and writes it.
-	refuse := func(e *apiError) {
-		n.metrics.refused.WithLabelValues(e.Code).Inc()
-		writeError(w, e)
-	}
+// refuse counts a refusal made before the event reaches the session
+// (n.answer counts those after) and writes it.
+func (n *Node) refuse(w http.ResponseWriter, e *apiError) {
+	n.metrics.refused.WithLabelValues(e.Code).Inc()
+	writeError(w, e)
+}
+
+// readBody checks the Content-Type and reads a JSON body of at most
+// MAX_BODY_BYTES within bodyReadTimeout; otherwise it writes the refusal
+// (415 unsupported_media, 413 body_too_large, 400 invalid_body).
+func (n *Node) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			refuse(errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json"))
-			return
+			n.refuse(w, errorf(http.StatusUnsupportedMediaType, CodeUnsupportedMedia, "Content-Type must be application/json"))
+			return nil, false
 		}
 	}
 	// The server has no read timeout (sockets live long), so a body that
@@ -114,15 +119,28 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			refuse(errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "body is larger than the configured maximum"))
-			return
+			n.refuse(w, errorf(http.StatusRequestEntityTooLarge, CodeBodyTooLarge, "body is larger than the configured maximum"))
+			return nil, false
 		}
-		refuse(errorf(http.StatusBadRequest, CodeInvalidBody, "could not read body"))
+		n.refuse(w, errorf(http.StatusBadRequest, CodeInvalidBody, "could not read body"))
+		return nil, false
+	}
+	return body, true
+}
+
+// handlePostEvent serves POST /api/sessions/{id}/events.
+func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
+	id, ok := n.sessionParam(w, r)
+	if !ok {
+		return
+	}
+	body, ok := n.readBody(w, r)
+	if !ok {
 		return
 	}
 	in, err := DecodeInput(body)
 	if err != nil {
-		refuse(asAPIError(err))
+		n.refuse(w, asAPIError(err))
 		return
 	}
 	acc, aerr := n.submit(r.Context(), id, in)
@@ -195,4 +213,175 @@ func (n *Node) handleGetSession(w http.ResponseWriter, r *http.Request) {
 		Session: id, Epoch: st.Epoch, Seq: st.Seq, History: st.History, Total: st.Total, NextBefore: st.NextBefore,
 		Pending: st.Pending, Running: st.Running, Node: n.name, Owner: owner,
 	})
+}
+
+// stopBody is the 200 answer of a stop (POST
+// /api/sessions/{id}/turns/{turn}/stop, channel push "stop"):
+//
+//	{"stopped":true,"turn":"E-S"}
+//	{"stopped":false,"turn":"E-S","reason":"not_running","running":"E2-S2"}
+//
+// running is the turn running now, absent when none runs.
+type stopBody struct {
+	Stopped bool   `json:"stopped"`
+	Turn    string `json:"turn"`
+	Reason  string `json:"reason,omitempty"`
+	Running string `json:"running,omitempty"`
+}
+
+// parseTurnID parses a turn id "<epoch>-<seq>" from a route or a push.
+func parseTurnID(s string) (session.Position, *apiError) {
+	p, ok := session.ParseTurnID(s)
+	if !ok {
+		return p, errorf(http.StatusBadRequest, CodeInvalidTurn, `turn must be "<epoch>-<seq>" (the position of the turn's input, e.g. 3-17)`)
+	}
+	return p, nil
+}
+
+// stop routes a stop of turn in session id to its owner
+// (session.Manager.Control) and maps the outcome: the owner's answer as
+// stopBody, or the error answer of an event (n.answer: a retry directive
+// while ownership moves).
+func (n *Node) stop(ctx context.Context, id string, turn session.Position) (stopBody, *apiError) {
+	out := n.manager.Control(ctx, id, session.Control{Op: session.OpStop, Turn: turn})
+	if out.Kind != session.OutcomeAccepted || out.Accepted.Control == nil {
+		if out.Kind == session.OutcomeAccepted {
+			out = session.Outcome{Kind: session.OutcomeFailed, Err: session.ErrForwardFailed}
+		}
+		_, ae := n.answer(out)
+		return stopBody{}, ae
+	}
+	r := out.Accepted.Control
+	b := stopBody{Stopped: r.Stopped, Turn: r.Turn.String(), Reason: r.Reason}
+	if r.Running != nil {
+		b.Running = r.Running.String()
+	}
+	return b, nil
+}
+
+// handleStopTurn serves POST /api/sessions/{id}/turns/{turn}/stop. The body
+// is ignored.
+func (n *Node) handleStopTurn(w http.ResponseWriter, r *http.Request) {
+	id, ok := n.sessionParam(w, r)
+	if !ok {
+		return
+	}
+	turn, ae := parseTurnID(chi.URLParam(r, "turn"))
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	b, ae := n.stop(r.Context(), id, turn)
+	if ae != nil {
+		writeError(w, ae)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+// decodeStopPush parses a "stop" push payload: {"turn":"<epoch>-<seq>"}.
+func decodeStopPush(payload []byte) (session.Position, *apiError) {
+	var p struct {
+		Turn string `json:"turn"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil || dec.More() {
+		return session.Position{}, errorf(http.StatusBadRequest, CodeInvalidBody, `stop payload must be {"turn":"<epoch>-<seq>"}`)
+	}
+	return parseTurnID(p.Turn)
+}
+
+// DecodeAnswer parses the answer to interrupt iid of a session (the body
+// of POST /api/sessions/{id}/interrupts/{iid}: {"value":…,
+// "idempotency_key":…}; value any JSON, absent meaning null) into the
+// session's resume input {"type":"resume","data":{"interrupt":iid,
+// "value":…}}. Errors are *apiError values: 400 invalid_body for a body
+// that is not that shape or an iid that is not 1-128 characters of
+// [A-Za-z0-9_.:-], 422 invalid_input for a value the input contract
+// refuses.
+func DecodeAnswer(iid string, body []byte) (session.Input, error) {
+	var in session.Input
+	if !session.ValidID(iid) {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "the interrupt id must be 1-128 characters of [A-Za-z0-9_.:-]")
+	}
+	var b struct {
+		Value          json.RawMessage `json:"value"`
+		IdempotencyKey string          `json:"idempotency_key"`
+	}
+	if !utf8.Valid(body) {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "body must be valid UTF-8")
+	}
+	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, `body must be a JSON object {"value":…}`)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&b); err != nil || dec.More() {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, `body must be one JSON object {"value":…, "idempotency_key":…}`)
+	}
+	if len(b.IdempotencyKey) > 256 {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "idempotency_key must be at most 256 characters")
+	}
+	if len(bytes.TrimSpace(b.Value)) == 0 {
+		b.Value = json.RawMessage("null")
+	}
+	data, err := json.Marshal(struct {
+		Interrupt string          `json:"interrupt"`
+		Value     json.RawMessage `json:"value"`
+	}{iid, b.Value})
+	if err != nil {
+		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "value must be JSON")
+	}
+	in = session.Input{Type: session.TypeResume, Data: data, IdempotencyKey: b.IdempotencyKey}
+	if err := session.ValidateInput(in); err != nil {
+		return in, errorf(http.StatusUnprocessableEntity, CodeInvalidInput, err.Error())
+	}
+	return in, nil
+}
+
+// handleAnswerInterrupt serves POST /api/sessions/{id}/interrupts/{iid}:
+// the answer is routed like an event and answered like one (202 with its
+// user_event's position), or refused interrupt_answered,
+// interrupt_expired or interrupt_not_found.
+func (n *Node) handleAnswerInterrupt(w http.ResponseWriter, r *http.Request) {
+	id, ok := n.sessionParam(w, r)
+	if !ok {
+		return
+	}
+	body, ok := n.readBody(w, r)
+	if !ok {
+		return
+	}
+	in, err := DecodeAnswer(chi.URLParam(r, "iid"), body)
+	if err != nil {
+		n.refuse(w, asAPIError(err))
+		return
+	}
+	acc, aerr := n.submit(r.Context(), id, in)
+	if aerr != nil {
+		writeError(w, aerr)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, acc)
+}
+
+// decodeResumePush parses a "resume" push payload {"interrupt":iid,
+// "value":…, "idempotency_key":…} into the resume input.
+func decodeResumePush(payload []byte) (session.Input, error) {
+	var p struct {
+		Interrupt      string          `json:"interrupt"`
+		Value          json.RawMessage `json:"value"`
+		IdempotencyKey string          `json:"idempotency_key"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil || dec.More() {
+		return session.Input{}, errorf(http.StatusBadRequest, CodeInvalidBody, `resume payload must be {"interrupt":"<id>","value":…}`)
+	}
+	body, _ := json.Marshal(struct {
+		Value          json.RawMessage `json:"value,omitempty"`
+		IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	}{p.Value, p.IdempotencyKey})
+	return DecodeAnswer(p.Interrupt, body)
 }

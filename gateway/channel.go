@@ -166,12 +166,37 @@ func (n *Node) sessionHead(id string) session.SessionHead {
 	}
 }
 
-// HandleIn takes a "message" push down the same path as an event POST.
+// HandleIn takes a "message" push down the same path as an event POST, a
+// "stop" push {"turn":"<epoch>-<seq>"} down the path of a stop POST, and a
+// "resume" push {"interrupt","value"} down the path of an interrupt answer.
 func (h *sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, event string, payload json.RawMessage) (any, error) {
-	if event != "message" {
-		return nil, replyErr("unknown_event", "session channels accept only \"message\" pushes")
-	}
 	id := sessionID(ch.Topic())
+	switch event {
+	case "message":
+	case "stop":
+		turn, ae := decodeStopPush(payload)
+		if ae == nil {
+			var b stopBody
+			if b, ae = h.n.stop(ctx, id, turn); ae == nil {
+				return b, nil
+			}
+		}
+		return nil, ae.pushReply()
+	case "resume":
+		in, err := decodeResumePush(payload)
+		if err != nil {
+			ae := asAPIError(err)
+			h.n.metrics.refused.WithLabelValues(ae.Code).Inc()
+			return nil, ae.pushReply()
+		}
+		acc, ae := h.n.submit(ctx, id, in)
+		if ae != nil {
+			return nil, ae.pushReply()
+		}
+		return acc, nil
+	default:
+		return nil, replyErr("unknown_event", "session channels accept only \"message\", \"stop\" and \"resume\" pushes")
+	}
 	in, err := DecodeInput(payload)
 	if err != nil {
 		ae := asAPIError(err)

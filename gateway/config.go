@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/muster"
+	"github.com/relaygw/relay/session"
 	"go.uber.org/zap"
 )
 
@@ -81,6 +82,8 @@ type Config struct {
 	AgentRetryBudget   time.Duration `name:"agent-retry-budget" env:"AGENT_RETRY_BUDGET" default:"10s" help:"Time the http backend retries (with backoff) a request that failed before the agent's first event."`
 	AgentMaxEventBytes int           `name:"agent-max-event-bytes" env:"AGENT_MAX_EVENT_BYTES" default:"65536" help:"Largest event in an agent's response stream; larger fails the turn."`
 	AgentMaxReplyBytes int           `name:"agent-max-reply-bytes" env:"AGENT_MAX_REPLY_BYTES" default:"1048576" help:"Largest whole reply (all event data of a turn); larger fails the turn."`
+
+	DoubleTexting string `name:"double-texting" env:"DOUBLE_TEXTING" default:"enqueue" enum:"enqueue,reject,interrupt" help:"What an event without a multitask field does while a turn runs: enqueue, reject (409 session_busy_turn) or interrupt (stop the running turn)."`
 }
 
 // DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".
@@ -98,6 +101,7 @@ func DefaultConfig() Config {
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
 		Agent: "echo", AgentTurnTimeout: 5 * time.Minute, AgentRetryBudget: 10 * time.Second,
 		AgentMaxEventBytes: 64 << 10, AgentMaxReplyBytes: 1 << 20,
+		DoubleTexting: session.MultitaskEnqueue,
 	}
 }
 
@@ -133,6 +137,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW, FORWARD_TIMEOUT, CENSUS_INTERVAL and READY_INTERVAL must be positive")
 	case c.ReorderWindow < 0 || c.ReorderWindow > 10*time.Second:
 		return errors.New("gateway: REORDER_WINDOW must be between 0 and 10s")
+	case !session.ValidMultitask(c.DoubleTexting):
+		return fmt.Errorf("gateway: DOUBLE_TEXTING %q must be enqueue, reject or interrupt", c.DoubleTexting)
 	case c.MaxTurnAttempts < 1:
 		return errors.New("gateway: MAX_TURN_ATTEMPTS must be at least 1")
 	case c.MaxFrameBytes < 1024 || c.MaxBodyBytes < 256:

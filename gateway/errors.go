@@ -34,6 +34,11 @@ const (
 	CodeDraining         = "draining"               // 503 + retry directive: this node is draining
 	CodeNotReady         = "not_ready"              // 503 on /readyz: a dependency check fails (reasons listed)
 	CodeFenced           = "fenced"                 // 409: this node lost the session mid-request
+	CodeSessionBusyTurn  = "session_busy_turn"      // 409: a turn is running and the event's multitask is reject; "turn" names it
+	CodeInvalidTurn      = "invalid_turn"           // 400: the turn id is not "<epoch>-<seq>"
+	CodeAnswered         = "interrupt_answered"     // 409: the interrupt was answered already (the first answer wins)
+	CodeExpired          = "interrupt_expired"      // 409: the interrupt's expires_at has passed
+	CodeNoInterrupt      = "interrupt_not_found"    // 404: the session has no interrupt of that id
 	CodeInternal         = "internal"               // 500: unexpected server error (logged)
 )
 
@@ -52,6 +57,9 @@ type apiError struct {
 	Code    string
 	Message string
 	Retry   *RetryDirective
+	// Turn is the running turn's id "<epoch>-<seq>" (session_busy_turn),
+	// sent as the body's "turn" field.
+	Turn string
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
@@ -92,6 +100,11 @@ func invalidSessionID() *apiError {
 //	failed: key reused (here or at
 //	  the owner) with another body    → 422 idempotency_key_reused
 //	failed: busy (here or at owner)   → 429 session_busy
+//	failed: a turn runs and the event
+//	  says multitask reject           → 409 session_busy_turn + "turn"
+//	failed: an answer to an interrupt
+//	  answered / expired / unknown    → 409 interrupt_answered / 409
+//	                                    interrupt_expired / 404 interrupt_not_found
 //	failed: forward timeout           → 504 forward_timeout
 //	failed: inbox write unconfirmed
 //	  (here or at the owner)          → 504 outcome_unknown
@@ -131,6 +144,20 @@ func (n *Node) answer(out session.Outcome) (acceptedBody, *apiError) {
 			ae = errorf(http.StatusUnprocessableEntity, CodeKeyReused, "this idempotency key was accepted with a different body; nothing was accepted")
 		case errors.Is(err, session.ErrInvalidInput):
 			ae = errorf(http.StatusUnprocessableEntity, CodeInvalidInput, err.Error())
+		case errors.Is(err, session.ErrTurnBusy):
+			ae = errorf(http.StatusConflict, CodeSessionBusyTurn, "a turn is running and the event asked to be rejected (multitask reject); nothing was accepted")
+			var busy *session.TurnBusyError
+			if errors.As(err, &busy) {
+				ae.Turn = busy.Turn.String()
+			}
+		case errors.Is(err, session.ErrInterruptAnswered):
+			ae = errorf(http.StatusConflict, CodeAnswered, "the interrupt was answered already; the first answer wins")
+		case errors.Is(err, session.ErrInterruptExpired):
+			ae = errorf(http.StatusConflict, CodeExpired, "the interrupt has expired")
+		case errors.Is(err, session.ErrInterruptNotFound):
+			ae = errorf(http.StatusNotFound, CodeNoInterrupt, "the session has no interrupt of that id")
+		case errors.Is(err, session.ErrInvalidControl):
+			ae = errorf(http.StatusBadRequest, CodeInvalidBody, err.Error())
 		case errors.Is(err, session.ErrBusy):
 			ae = errorf(http.StatusTooManyRequests, CodeSessionBusy, "the session has too many queued events")
 		case errors.Is(err, session.ErrOutcomeUnknown):
@@ -154,6 +181,9 @@ func (e *apiError) pushReply() *channels.ReplyError {
 	if e.Retry != nil {
 		return &channels.ReplyError{Reason: "retry", Fields: map[string]any{"retry": e.Retry, "error": e.Code, "message": e.Message}}
 	}
+	if e.Turn != "" {
+		return &channels.ReplyError{Reason: e.Code, Fields: map[string]any{"message": e.Message, "turn": e.Turn}}
+	}
 	return replyErr(e.Code, e.Message)
 }
 
@@ -161,6 +191,9 @@ func (e *apiError) pushReply() *channels.ReplyError {
 // adds the Retry-After header (whole seconds, rounded up) and the "retry" field.
 func writeError(w http.ResponseWriter, e *apiError) {
 	body := map[string]any{"error": e.Code, "message": e.Message}
+	if e.Turn != "" {
+		body["turn"] = e.Turn
+	}
 	if e.Retry != nil {
 		body["retry"] = e.Retry
 		secs := int64(math.Ceil(float64(e.Retry.AfterMS) / 1000))

@@ -152,6 +152,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		IdempotencyTTL:  cfg.IdempotencyTTL,
 		HistoryWindow:   cfg.HistoryWindow,
 		MaxTurnAttempts: cfg.MaxTurnAttempts,
+		DoubleTexting:   cfg.DoubleTexting,
 		Log:             n.replay,
 		Publisher:       n.pubsub,
 		LeaseTTL:        cfg.LeaseTTL,

@@ -16,6 +16,8 @@ import (
 //
 //	GET  /socket/websocket            Phoenix socket (token param or authToken subprotocol)
 //	POST /api/sessions/{id}/events    post an event (API key or JWT)
+//	POST /api/sessions/{id}/turns/{turn}/stop  stop a running turn (API key or JWT)
+//	POST /api/sessions/{id}/interrupts/{iid}   answer an interrupt (API key or JWT)
 //	GET  /api/sessions/{id}           session view (API key or JWT)
 //	GET  /healthz, /readyz            liveness, readiness (false while draining)
 //	GET  /metrics                     Prometheus metrics
@@ -28,6 +30,8 @@ func (n *Node) Handler() http.Handler {
 	r.Route("/api", func(r chi.Router) {
 		r.Use(n.auth.requireAPI)
 		r.Post("/sessions/{id}/events", n.handlePostEvent)
+		r.Post("/sessions/{id}/turns/{turn}/stop", n.handleStopTurn)
+		r.Post("/sessions/{id}/interrupts/{iid}", n.handleAnswerInterrupt)
 		r.Get("/sessions/{id}", n.handleGetSession)
 	})
 	r.Route("/admin", func(r chi.Router) {

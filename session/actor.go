@@ -56,6 +56,8 @@ type actor struct {
 	// head's turn journal found at thaw, used by its first run here.
 	prev    *Position
 	journal *journal
+	// wait is the session's newest interrupt (nil: none known).
+	wait *waitState
 
 	mu   sync.Mutex // guards view
 	view actorView
@@ -71,8 +73,10 @@ type actorView struct {
 	running *pendingInput
 }
 
+// submitReq is an input, or a control when ctl is set.
 type submitReq struct {
 	in    Input
+	ctl   *Control
 	reply chan submitReply // buffered 1
 }
 
@@ -100,13 +104,13 @@ func newActor(m *Manager, id string, l Lease, claimStart time.Time) *actor {
 
 // submit hands in to the actor and waits for its answer. retry is true when
 // the actor retired before answering: the caller should claim again.
-func (a *actor) submit(ctx context.Context, in Input) (acc Accepted, retry bool, err error) {
+func (a *actor) submit(ctx context.Context, req *submitReq) (acc Accepted, retry bool, err error) {
 	select {
 	case <-a.done:
 		return Accepted{}, a.retryable(), a.cause()
 	default:
 	}
-	req := &submitReq{in: in, reply: make(chan submitReply, 1)}
+	req.reply = make(chan submitReply, 1)
 	select {
 	case a.mailbox <- req:
 	default:
@@ -124,7 +128,7 @@ func (a *actor) submit(ctx context.Context, in Input) (acc Accepted, retry bool,
 			return Accepted{}, a.retryable(), a.cause()
 		}
 	case <-ctx.Done():
-		return Accepted{}, false, fmt.Errorf("session: submit %q: waiting for acceptance: %w", a.id, ctx.Err())
+		return Accepted{}, false, fmt.Errorf("session: submit %q: waiting for the owner's answer: %w", a.id, ctx.Err())
 	}
 }
 
@@ -160,11 +164,17 @@ func (a *actor) run() {
 		select {
 		case <-a.ctx.Done():
 		case req := <-a.mailbox:
-			a.accept(req)
+			if req.ctl != nil {
+				a.control(req)
+			} else {
+				a.accept(req)
+			}
 		case req := <-a.emits:
 			a.handleEmit(req)
 		case res := <-a.turnDone:
 			a.finishTurn(res)
+		case <-a.expiryC():
+			a.expire()
 		case <-idleC:
 			a.idle = nil
 			a.hibernate()
@@ -274,6 +284,7 @@ func (a *actor) thaw() error {
 		a.pending = append(a.pending, pendingInput{Input: e.Input, Epoch: e.Epoch, Seq: e.Seq, Attempts: e.Attempts})
 	}
 	a.readTail(th)
+	a.thawWait(th.History, th.Inbox)
 	a.m.stats.thaws.Add(1)
 	a.m.tr.Emit("session.thaw", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch,
 		"seq", a.seq, "from_epoch", th.FromEpoch, "history", len(a.history), "pending", len(a.pending))
@@ -295,6 +306,7 @@ func (a *actor) hibernate() {
 func (a *actor) exit() {
 	cause := a.cause()
 	a.stopIdle()
+	a.stopExpiry()
 	a.haltTurn(cause)
 	a.renewer.stop()
 	clean := errors.Is(cause, errHibernated) || errors.Is(cause, errDrained)

@@ -74,7 +74,7 @@ func testFenceCanary(t *testing.T, st *stores, post string) {
 		t.Fatalf("A's stats = %+v, want one fence", a.Stats())
 	}
 	s := loadStored(t, st.store, "s1")
-	want := []Message{{"user", "first"}, {"assistant", "first"}, {"user", "second"}, {"assistant", "second"}}
+	want := []Message{{Role: "user", Content: "first"}, {Role: "assistant", Content: "first"}, {Role: "user", Content: "second"}, {Role: "assistant", Content: "second"}}
 	if s.Epoch != 2 || !reflect.DeepEqual(messages(s.History), want) || len(s.Inbox) != 0 {
 		t.Fatalf("stored = epoch %d %v (inbox %v), want B's: epoch 2 %v", s.Epoch, s.History, s.Inbox, want)
 	}

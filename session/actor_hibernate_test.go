@@ -51,7 +51,7 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 		t.Fatalf("lease after hibernation = %+v %v %v, want a/1's, expired", l, ok, err)
 	}
 	s := loadStored(t, st.store, "s1")
-	want := []Message{{"user", "hello"}, {"assistant", "hello"}}
+	want := []Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}}
 	if s.Epoch != 1 || s.Seq != 5 || !reflect.DeepEqual(messages(s.History), want) || len(s.Inbox) != 0 {
 		t.Fatalf("stored at hibernation = %+v", s)
 	}
@@ -71,7 +71,7 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 	}
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
 	stt := state(t, m, "s1")
-	want = append(want, Message{"user", "world"}, Message{"assistant", "world"})
+	want = append(want, Message{Role: "user", Content: "world"}, Message{Role: "assistant", Content: "world"})
 	if !reflect.DeepEqual(messages(stt.History), want) {
 		t.Fatalf("history after thaw = %v, want %v", stt.History, want)
 	}

@@ -128,8 +128,9 @@ func eventsAfter(evs []Event, p Position) []Event {
 //     holds its completion, whose write took the seqs of its message and
 //     turn_completed (or of turn_failed), but the log's events after that
 //     turn's last start hold no end. The end is rebuilt from the stored
-//     history: message with the stored reply, then turn_completed; or
-//     turn_failed when the stored turn has no reply.
+//     history: message with the stored reply, then turn_completed;
+//     turn_stopped with the partial reply when the stored reply is marked
+//     stopped; or turn_failed when the stored turn has no reply.
 //   - the user_event of every inbox entry above logTop: its inbox write
 //     landed (the input was accepted) but its owner stopped before logging
 //     it.
@@ -182,7 +183,7 @@ func (a *actor) turnEnd(th Thawed, evs []Event, logTop Position, last Position) 
 	hasMessage := false
 	for _, ev := range evs[start+1:] {
 		switch ev.Type {
-		case TypeTurnCompleted, TypeTurnFailed, TypeTurnStarted, TypeTurnResumed:
+		case TypeTurnCompleted, TypeTurnFailed, TypeTurnStopped, TypeInterrupt, TypeTurnStarted, TypeTurnResumed:
 			return nil
 		case TypeMessage:
 			hasMessage = true
@@ -192,6 +193,11 @@ func (a *actor) turnEnd(th Thawed, evs []Event, logTop Position, last Position) 
 	var types []string
 	var datas []json.RawMessage
 	switch {
+	case reply.Role == RoleInterrupt:
+		types, datas = []string{TypeInterrupt}, []json.RawMessage{json.RawMessage(reply.Content)}
+	case reply.Role == "assistant" && reply.Stopped:
+		data, _ := json.Marshal(stoppedData{Turn: last, Partial: reply.Content})
+		types, datas = []string{TypeTurnStopped}, []json.RawMessage{data}
 	case reply.Role != "assistant":
 		data, _ := json.Marshal(map[string]string{"error": "session: the turn failed; its owner stopped before logging its end"})
 		types, datas = []string{TypeTurnFailed}, []json.RawMessage{data}

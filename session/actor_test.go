@@ -67,7 +67,7 @@ func TestSubmitRunsTurnsInSeqOrder(t *testing.T) {
 	}
 
 	stt := state(t, m, "s1")
-	wantHist := []Message{{"user", "hello world"}, {"assistant", "hello world"}, {"user", "again"}, {"assistant", "again"}}
+	wantHist := []Message{{Role: "user", Content: "hello world"}, {Role: "assistant", Content: "hello world"}, {Role: "user", Content: "again"}, {Role: "assistant", Content: "again"}}
 	if stt.Source != SourceActor || stt.Epoch != 1 || stt.Seq != 11 || !reflect.DeepEqual(messages(stt.History), wantHist) || stt.Running || stt.Total != 4 {
 		t.Fatalf("state = %+v, want live actor at 1-11 with %v", stt, wantHist)
 	}
@@ -116,7 +116,7 @@ func TestInputsAcceptedDuringTurnRunAfterIt(t *testing.T) {
 	third := <-ag.started
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 3)
 
-	wantSecond := []Message{{"user", "one"}, {"assistant", "done"}}
+	wantSecond := []Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "done"}}
 	if !reflect.DeepEqual(second.History, wantSecond) || InputText(second.Input) != "two" {
 		t.Fatalf("second turn saw %v / %q, want %v / two", second.History, InputText(second.Input), wantSecond)
 	}
@@ -170,7 +170,7 @@ func TestCheckpointWrittenBeforeMessagePublished(t *testing.T) {
 	assertNoParkFailures(t, tr)
 
 	got := <-atMessage
-	want := []Message{{"user", "hi there"}, {"assistant", "hi there"}}
+	want := []Message{{Role: "user", Content: "hi there"}, {Role: "assistant", Content: "hi there"}}
 	if !reflect.DeepEqual(got.history, want) {
 		t.Fatalf("checkpoint at message time = %v, want %v", got.history, want)
 	}
@@ -447,7 +447,7 @@ func TestAgentErrorEndsTurnFailedAndCheckpointed(t *testing.T) {
 				t.Fatalf("turn_failed data %s", rec.ofType(TypeTurnFailed)[0].Data)
 			}
 			s := loadStored(t, st.store, "s1")
-			if !reflect.DeepEqual(messages(s.History), []Message{{"user", "question"}}) || s.Seq != 4 || len(s.Inbox) != 0 {
+			if !reflect.DeepEqual(messages(s.History), []Message{{Role: "user", Content: "question"}}) || s.Seq != 4 || len(s.Inbox) != 0 {
 				t.Fatalf("stored = %+v, want the user message at seq 4 and an empty inbox", s)
 			}
 			if m.Stats().TurnsFailed != 1 {
@@ -489,7 +489,7 @@ func TestStateSources(t *testing.T) {
 
 	submit(t, a, "s1", "hello")
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
-	want := []Message{{"user", "hello"}, {"assistant", "hello"}}
+	want := []Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}}
 
 	local := state(t, a, "s1")
 	if local.Source != SourceActor || !reflect.DeepEqual(messages(local.History), want) || local.Seq != 5 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -14,7 +15,24 @@ import (
 type turnRun struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	stop   context.CancelCauseFunc // cancels ctx with a cause (ErrTurnStopped)
 	input  pendingInput
+	// stopped is set when the turn is being stopped (stopTurn); waiters
+	// are the stop controls to answer once its end is written; partial is
+	// the reply streamed so far (the resumed text, then every delta's
+	// data.text).
+	stopped bool
+	waiters []chan submitReply
+	partial strings.Builder
+	// interrupt is the question the agent ended the turn with (emitted
+	// TypeInterrupt), published with the turn's end.
+	interrupt *Interrupt
+}
+
+// newTurnRun starts the context of a turn of p under parent.
+func newTurnRun(parent context.Context, p pendingInput) *turnRun {
+	ctx, stop := context.WithCancelCause(parent)
+	return &turnRun{ctx: ctx, cancel: func() { stop(context.Canceled) }, stop: stop, input: p}
 }
 
 type turnResult struct {
@@ -70,6 +88,26 @@ func (a *actor) accept(req *submitReq) {
 			return
 		}
 	}
+	if in.Type == TypeResume {
+		if err := a.checkAnswer(in); err != nil {
+			a.m.tr.Emit("session.answer.refused", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
+			req.reply <- submitReply{err: fmt.Errorf("session: submit %q: %w", a.id, err)}
+			return
+		}
+	}
+	// Double texting (docs/OWNERSHIP.md "Turn control"): the mode is
+	// applied here and not stored with the input.
+	mode := in.Multitask
+	if mode == "" {
+		mode = a.m.cfg.DoubleTexting
+	}
+	in.Multitask = ""
+	running := a.turn != nil && !a.turn.stopped && a.turn.ctx.Err() == nil
+	if running && mode == MultitaskReject {
+		a.m.tr.Emit("session.turn.busy", "owner", a.m.cfg.Owner, "session", a.id, "turn", a.turn.input.pos().String())
+		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: %w", a.id, &TurnBusyError{Turn: a.turn.input.pos()})}
+		return
+	}
 	if len(a.pending) >= a.m.cfg.MaxPending {
 		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: %d inputs already queued: %w", a.id, len(a.pending), ErrBusy)}
 		return
@@ -106,6 +144,12 @@ func (a *actor) accept(req *submitReq) {
 	// is 202 even if the user_event cannot be logged or published.
 	if _, err := a.emit(TypeUserEvent, data); err != nil {
 		a.m.log.Warn("accepted input's user_event not emitted", zap.String("session", a.id), zap.Stringer("pos", p.pos()), zap.Error(err))
+	}
+	a.noteAccepted(in)
+	if running && mode == MultitaskInterrupt {
+		// The new input runs next, with the stopped turn's partial reply
+		// in its history.
+		a.stopTurn("interrupt")
 	}
 	a.publishView()
 	a.m.stats.accepted.Add(1)
@@ -254,19 +298,19 @@ func (a *actor) startTurn() {
 		a.pending = nil
 	}
 	attempt := p.Attempts + 1
-	ctx, cancel := context.WithCancel(a.ctx)
+	run := newTurnRun(a.ctx, p)
 	if attempt > a.m.cfg.MaxTurnAttempts {
 		a.journal = nil
 		a.m.stats.turnsGivenUp.Add(1)
 		a.m.tr.Emit("session.turn.giveup", "owner", a.m.cfg.Owner, "session", a.id, "input_epoch", p.Epoch,
 			"input_seq", p.Seq, "attempts", p.Attempts)
-		a.turn = &turnRun{ctx: ctx, cancel: cancel, input: p}
+		a.turn = run
 		a.finishTurn(turnResult{err: fmt.Errorf("session: turn at %v gave up after %d attempts", p.pos(), p.Attempts)})
 		return
 	}
 	resume := a.resumeFor(p, attempt)
 	if err := a.startAttempt(p, attempt); err != nil {
-		cancel()
+		run.cancel()
 		return
 	}
 	before := append([]Message(nil), a.history...)
@@ -276,7 +320,7 @@ func (a *actor) startTurn() {
 	}
 	data, _ := json.Marshal(d)
 	if _, err := a.emit(typ, data); err != nil {
-		cancel()
+		run.cancel()
 		return
 	}
 	switch {
@@ -285,10 +329,14 @@ func (a *actor) startTurn() {
 	case attempt > 1:
 		a.m.stats.turnsRestarted.Add(1)
 	}
-	a.turn = &turnRun{ctx: ctx, cancel: cancel, input: p}
+	if resume != nil {
+		run.partial.WriteString(resume.Text)
+	}
+	a.turn = run
+	ctx := run.ctx
 	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
 		"input_epoch", p.Epoch, "input_seq", p.Seq, "attempt", attempt, "resumed", resume != nil)
-	turn := Turn{Session: a.id, ID: p.pos(), Attempt: attempt, Input: p.Input, History: before, Resume: resume}
+	turn := Turn{Session: a.id, ID: p.pos(), Attempt: attempt, Input: p.Input, History: before, Resume: resume, Answer: a.answerFor(p)}
 	a.m.wg.Add(1)
 	go func() {
 		defer a.m.wg.Done()
@@ -310,6 +358,7 @@ func runAgent(ctx context.Context, ag Agent, turn Turn, emit Emit) (msg Message,
 // reservedTypes are the lifecycle events only the actor emits.
 var reservedTypes = map[string]bool{
 	TypeUserEvent: true, TypeTurnStarted: true, TypeTurnResumed: true, TypeMessage: true, TypeTurnCompleted: true, TypeTurnFailed: true,
+	TypeTurnStopped: true, TypeInterruptExpired: true,
 }
 
 // emitFunc is the Emit handed to the agent of the turn running under tctx:
@@ -344,7 +393,25 @@ func (a *actor) handleEmit(req *emitReq) {
 		req.reply <- fmt.Errorf("session: emit %q: turn stopped", req.typ)
 		return
 	}
+	if a.turn.interrupt != nil {
+		req.reply <- fmt.Errorf("session: emit %q: the turn ended with interrupt %q", req.typ, a.turn.interrupt.ID)
+		return
+	}
+	if req.typ == TypeInterrupt {
+		// Held until the turn's end is written, then published as its
+		// last event (docs/OWNERSHIP.md "Interrupts").
+		iv, err := parseInterrupt(req.data)
+		if err == nil {
+			iv.Turn = a.turn.input.pos()
+			a.turn.interrupt = &iv
+		}
+		req.reply <- err
+		return
+	}
 	_, err := a.emit(req.typ, req.data)
+	if err == nil {
+		a.turn.addPartial(req.typ, req.data)
+	}
 	req.reply <- err
 }
 
@@ -355,21 +422,41 @@ func (a *actor) handleEmit(req *emitReq) {
 // and published. A fenced write stands the session down with nothing more
 // published; so does a write that failed StoreAttempts times, since this
 // node can then no longer prove it owns the session.
+//
+// A stopped turn (stopTurn) whose agent did not complete ends as
+// turn_stopped: the history gets the user message and the partial reply
+// marked stopped, and the stops waiting for it are answered once that is
+// written (or with the error that kept it from being written: the next
+// owner then resumes the turn, and a stop re-sent there stops it).
 func (a *actor) finishTurn(res turnResult) {
 	t := a.turn
 	a.turn = nil
 	t.cancel()
 	if a.ctx.Err() != nil {
+		t.answerStops(false, a.cause())
 		return
 	}
-	failed := res.err != nil
+	stopped := t.stopped && res.err != nil
+	failed := res.err != nil && !stopped
+	asked := !stopped && !failed && t.interrupt != nil
+	var askedData []byte
+	if asked {
+		askedData, _ = json.Marshal(t.interrupt)
+	}
 	msg := res.msg
 	msg.Role = "assistant"
 	msgs := []Message{{Role: "user", Content: InputText(t.input.Input)}}
 	reserve := int64(2) // message + turn_completed
-	if failed {
+	switch {
+	case stopped:
+		reserve = 1 // turn_stopped
+		msgs = append(msgs, Message{Role: "assistant", Content: t.partial.String(), Stopped: true})
+	case failed:
 		reserve = 1 // turn_failed
-	} else {
+	case asked:
+		reserve = 1 // interrupt
+		msgs = append(msgs, Message{Role: RoleInterrupt, Content: string(askedData)})
+	default:
 		msgs = append(msgs, msg)
 	}
 	// The trace points of the turn-end write keep the name "checkpoint".
@@ -378,10 +465,13 @@ func (a *actor) finishTurn(res turnResult) {
 	if err := a.completeTurn(rec); err != nil {
 		if errors.Is(err, ErrFenced) {
 			a.fence("checkpoint", err)
+			t.answerStops(false, err)
 			return
 		}
 		a.m.tr.Emit("session.checkpoint.failed", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
-		a.retire(fmt.Errorf("session: end of turn: %w", err))
+		err = fmt.Errorf("session: end of turn: %w: %w", ErrStoreUnavailable, err)
+		a.retire(err)
+		t.answerStops(false, err)
 		return
 	}
 	a.history = append(a.history, msgs...)
@@ -389,6 +479,23 @@ func (a *actor) finishTurn(res turnResult) {
 		a.history = append([]Message(nil), a.history[n:]...)
 	}
 	a.m.tr.Emit("session.checkpoint.ok", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq+reserve)
+	if stopped {
+		a.m.stats.turnsStopped.Add(1)
+		data, _ := json.Marshal(stoppedData{Turn: t.input.pos(), Partial: t.partial.String()})
+		a.emit(TypeTurnStopped, data)
+		t.answerStops(true, nil)
+		return
+	}
+	// A stop that came after the agent had returned its reply changed
+	// nothing: the turn completes.
+	t.answerStops(false, nil)
+	if asked {
+		a.raise(*t.interrupt)
+		a.m.stats.interrupts.Add(1)
+		a.m.tr.Emit("session.interrupt", "owner", a.m.cfg.Owner, "session", a.id, "interrupt", t.interrupt.ID)
+		a.emit(TypeInterrupt, askedData)
+		return
+	}
 	if failed {
 		a.m.stats.turnsFailed.Add(1)
 		data, _ := json.Marshal(map[string]string{"error": res.err.Error()})
@@ -451,6 +558,7 @@ func (a *actor) haltTurn(cause error) {
 		case req := <-a.emits:
 			req.reply <- fmt.Errorf("session: emit %q: %w", req.typ, cause)
 		case <-a.turnDone:
+			a.turn.answerStops(false, cause)
 			a.turn = nil
 			return
 		}

@@ -9,6 +9,11 @@ import (
 type Message struct {
 	Role    string `json:"role"` // "user" or "assistant"
 	Content string `json:"content"`
+	// Stopped marks an assistant reply cut short by a stop (a client's
+	// stop, or a double-texting interrupt): Content is the partial reply
+	// streamed before the turn was stopped (docs/OWNERSHIP.md "Turn
+	// control").
+	Stopped bool `json:"stopped,omitempty"`
 }
 
 // Turn is the input of one agent turn.
@@ -16,7 +21,8 @@ type Turn struct {
 	Session string
 	// ID is the position of the turn's input in the session's stream
 	// (written "<epoch>-<seq>", e.g. 3-17): unique within the session and
-	// the same on every run of the turn, on any owner.
+	// the same on every run of the turn, on any owner; the turn id a client
+	// names in a stop.
 	ID Position
 	// Attempt is this run's attempt number: 1 for the turn's first run,
 	// then 2, 3, … for each resume or restart on a later owner.
@@ -30,6 +36,12 @@ type Turn struct {
 	// partial text included) as its message. Nil for a turn's first run
 	// and for a restarted one (docs/OWNERSHIP.md "Turn journal and resume").
 	Resume *TurnResume
+	// Answer is set for a continuation turn: the input answers the
+	// interrupt the previous turn ended with (Answer.Interrupt) with
+	// Answer.Value (docs/OWNERSHIP.md "Interrupts"). An agent ends a turn
+	// with a question by emitting TypeInterrupt with {"id","kind",
+	// "payload","expires_at"} and returning; it may emit nothing after it.
+	Answer *InterruptAnswer
 }
 
 // TurnResume is what a resumed turn starts from: its journal, read from
@@ -56,6 +68,11 @@ type Input struct {
 	Type           string          `json:"type"`
 	Data           json.RawMessage `json:"data"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	// Multitask is what the input does if it arrives while a turn runs:
+	// "enqueue", "reject" or "interrupt" ("": Config.DoubleTexting). It
+	// is applied when the input is accepted and not stored with it
+	// (docs/OWNERSHIP.md "Turn control").
+	Multitask string `json:"multitask,omitempty"`
 }
 
 // Emit publishes a partial result of a running turn (a "delta" event with the

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -33,9 +34,46 @@ type deltaData struct {
 	Text string `json:"text"`
 }
 
+// echoAsk is the data of an echo input that asks first: {"text","ask":true}.
+type echoAsk struct {
+	Text string `json:"text"`
+	Ask  bool   `json:"ask"`
+}
+
+// EchoApproval is the kind of the echo agent's interrupt; its payload is
+// {"question":…,"choices":["approve","deny"],"text":…}, and the answer's
+// value "approve" streams the text.
+const EchoApproval = "approval"
+
 // Run implements Agent.
+//
+// An input {"text":…,"ask":true} makes the echo agent end its turn with an
+// interrupt (id "ask-<epoch>-<seq>", kind EchoApproval) before streaming
+// anything. Its continuation (Turn.Answer) streams the text if the value
+// is "approve", else answers "(not approved)".
 func (e EchoAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
 	text := InputText(turn.Input)
+	if a := turn.Answer; a != nil && a.Interrupt.Kind == EchoApproval {
+		var p echoAsk
+		_ = json.Unmarshal(a.Interrupt.Payload, &p)
+		text = "(not approved)"
+		var v string
+		if json.Unmarshal(a.Value, &v) == nil && v == "approve" {
+			text = p.Text
+		}
+	} else {
+		var ask echoAsk
+		if json.Unmarshal(turn.Input.Data, &ask) == nil && ask.Ask {
+			payload, _ := json.Marshal(map[string]any{
+				"question": "Stream this reply?", "choices": []string{"approve", "deny"}, "text": ask.Text,
+			})
+			iv := Interrupt{ID: "ask-" + turn.ID.String(), Kind: EchoApproval, Payload: payload}
+			if err := emit(ctx, TypeInterrupt, iv); err != nil {
+				return Message{}, err
+			}
+			return Message{}, nil
+		}
+	}
 	words := strings.Fields(text)
 	if turn.Resume != nil {
 		done := strings.Fields(turn.Resume.Text)

@@ -42,10 +42,20 @@ type ForwardHandler interface {
 
 // ForwardRequest is the message of one forward hop:
 //
-//	{"session":id, "input":{"type":…, "data":{…}, "idempotency_key":…}}
+//	{"session":id, "input":{"type":…, "data":{…}, "idempotency_key":…, "multitask":…}}
+//	{"session":id, "control":{"op":"stop","turn":{"epoch":E,"seq":S}}}
+//
+// A request with Control is a control (Manager.Control), answered by
+// ControlLocal with the result in the reply's accepted.control; Input is
+// then empty. Transports send controls where a node of an older version
+// does not listen (natsforward: the "ctl" subject), so such a node can
+// never take a control for an (empty) input: the sender finds no
+// responders and re-resolves, then refuses with a retry directive
+// (docs/OWNERSHIP.md "Turn control").
 type ForwardRequest struct {
-	Session string `json:"session"`
-	Input   Input  `json:"input"`
+	Session string   `json:"session"`
+	Input   Input    `json:"input"`
+	Control *Control `json:"control,omitempty"`
 }
 
 // ForwardReply is the receiving node's answer: exactly one of Accepted (the
@@ -100,6 +110,11 @@ const (
 	CodeKeyReused   = "idempotency_key_reused" // ErrIdempotencyKeyReused: nothing was accepted
 	CodeInvalid     = "invalid_input"          // ErrInvalidInput: the input contract refuses the input; nothing was accepted
 	CodeUnknown     = "outcome_unknown"        // ErrOutcomeUnknown: the input may have been accepted
+	CodeTurnBusy    = "turn_busy"              // *TurnBusyError: a turn runs and the input asked to be rejected; Turn says which
+	CodeBadControl  = "invalid_control"        // ErrInvalidControl: the control's op is unknown; nothing changed
+	CodeAnswered    = "interrupt_answered"     // ErrInterruptAnswered: nothing was accepted
+	CodeExpired     = "interrupt_expired"      // ErrInterruptExpired: nothing was accepted
+	CodeNoInterrupt = "interrupt_not_found"    // ErrInterruptNotFound: nothing was accepted
 	CodeBadRequest  = "bad_request"            // the forward request could not be decoded
 	CodeInternal    = "internal"               // anything else a node may answer
 )
@@ -116,6 +131,8 @@ type RemoteError struct {
 	Code    string          `json:"code"`
 	Message string          `json:"message,omitempty"`
 	Held    *LeaseHeldError `json:"held,omitempty"`
+	// Turn is the running turn's input position (CodeTurnBusy).
+	Turn *Position `json:"turn,omitempty"`
 }
 
 func (e *RemoteError) Error() string {
@@ -145,6 +162,19 @@ func (e *RemoteError) Unwrap() error {
 		return ErrInvalidInput
 	case CodeUnknown:
 		return ErrOutcomeUnknown
+	case CodeTurnBusy:
+		if e.Turn != nil {
+			return &TurnBusyError{Turn: *e.Turn}
+		}
+		return ErrTurnBusy
+	case CodeBadControl:
+		return ErrInvalidControl
+	case CodeAnswered:
+		return ErrInterruptAnswered
+	case CodeExpired:
+		return ErrInterruptExpired
+	case CodeNoInterrupt:
+		return ErrInterruptNotFound
 	}
 	return nil
 }
@@ -152,10 +182,21 @@ func (e *RemoteError) Unwrap() error {
 // RemoteErrorOf encodes an error of Accept for the wire.
 func RemoteErrorOf(err error) *RemoteError {
 	var held *LeaseHeldError
+	var busy *TurnBusyError
 	code := CodeUnavailable
 	switch {
 	case errors.As(err, &held):
 		return &RemoteError{Code: CodeLeaseHeld, Message: err.Error(), Held: held}
+	case errors.As(err, &busy):
+		return &RemoteError{Code: CodeTurnBusy, Message: err.Error(), Turn: &busy.Turn}
+	case errors.Is(err, ErrInvalidControl):
+		code = CodeBadControl
+	case errors.Is(err, ErrInterruptAnswered):
+		code = CodeAnswered
+	case errors.Is(err, ErrInterruptExpired):
+		code = CodeExpired
+	case errors.Is(err, ErrInterruptNotFound):
+		code = CodeNoInterrupt
 	case errors.Is(err, ErrInvalidID):
 		code = CodeInvalidID
 	case errors.Is(err, ErrIdempotencyKeyReused):
@@ -185,7 +226,15 @@ func (m *Manager) HandleForward(ctx context.Context, req ForwardRequest) Forward
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
 	m.tr.Emit("session.forward.serve", "owner", m.cfg.Owner, "session", req.Session)
-	acc, err := m.Accept(ctx, req.Session, req.Input)
+	var acc Accepted
+	var err error
+	if req.Control != nil {
+		var r ControlResult
+		r, err = m.ControlLocal(ctx, req.Session, *req.Control)
+		acc = Accepted{Session: req.Session, Control: &r}
+	} else {
+		acc, err = m.Accept(ctx, req.Session, req.Input)
+	}
 	if err != nil {
 		return ForwardReply{Error: RemoteErrorOf(err)}
 	}

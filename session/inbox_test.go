@@ -147,8 +147,8 @@ func TestRecoverRunsInboxAfterCrash(t *testing.T) {
 	}
 	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
 	want := []Message{
-		{"user", "running when it died"}, {"assistant", "running when it died"},
-		{"user", "queued when it died"}, {"assistant", "queued when it died"},
+		{Role: "user", Content: "running when it died"}, {Role: "assistant", Content: "running when it died"},
+		{Role: "user", Content: "queued when it died"}, {Role: "assistant", Content: "queued when it died"},
 	}
 	stored := loadStored(t, st.store, "s1")
 	if !reflect.DeepEqual(messages(stored.History), want) || len(stored.Inbox) != 0 || stored.Epoch != 2 {
@@ -300,7 +300,7 @@ func TestInboxWriteOutcomeUnknown(t *testing.T) {
 		t.Fatalf("re-send after the unknown outcome = %+v, want a duplicate at epoch %d", dup, acc.Epoch)
 	}
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted, "epoch", acc.Epoch+1), 1)
-	want := []Message{{"user", "answer lost once"}, {"assistant", "answer lost once"}, {"user", "answer always lost"}, {"assistant", "answer always lost"}}
+	want := []Message{{Role: "user", Content: "answer lost once"}, {Role: "assistant", Content: "answer lost once"}, {Role: "user", Content: "answer always lost"}, {Role: "assistant", Content: "answer always lost"}}
 	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, want) {
 		t.Fatalf("history %v, want each input once: %v", got, want)
 	}
@@ -335,7 +335,7 @@ func TestTurnEndSurvivesPostgresBlip(t *testing.T) {
 		t.Fatalf("%d messages published, want 1", len(got))
 	}
 	stored := loadStored(t, st.store, "s1")
-	if !reflect.DeepEqual(messages(stored.History), []Message{{"user", "through the blip"}, {"assistant", "through the blip"}}) || len(stored.Inbox) != 0 {
+	if !reflect.DeepEqual(messages(stored.History), []Message{{Role: "user", Content: "through the blip"}, {Role: "assistant", Content: "through the blip"}}) || len(stored.Inbox) != 0 {
 		t.Fatalf("stored %+v, want the turn once and an empty inbox", stored)
 	}
 	if acc := submit(t, m, "s1", "after"); acc.Epoch != first.Epoch {

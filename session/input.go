@@ -42,6 +42,8 @@ const (
 	RuleNumber    = "number"    // a number too long, with too large an exponent, or beyond float64
 	RuleNUL       = "nul"       // U+0000 in a string (a \u0000 escape in data)
 	RuleJSON      = "json"      // data is not valid UTF-8 JSON
+	RuleMultitask = "multitask" // multitask is not a double-texting mode
+	RuleResume    = "resume"    // a resume input's data is not {"interrupt","value"}
 )
 
 // InputError is an input the contract refuses. Rule is one of the Rule

@@ -78,6 +78,10 @@ type Config struct {
 	// drain hand-over in a rolling deploy still leave a run. An error the
 	// agent returns ends the turn at once (turn_failed) whatever the count.
 	MaxTurnAttempts int
+	// DoubleTexting is what an input without Input.Multitask does while a
+	// turn runs: MultitaskEnqueue (default), MultitaskReject or
+	// MultitaskInterrupt (docs/OWNERSHIP.md "Turn control").
+	DoubleTexting string
 	// StoreTimeout bounds every session store call, log append, publish
 	// and lease release the actor makes. Default 5 s.
 	StoreTimeout time.Duration
@@ -123,6 +127,9 @@ type Accepted struct {
 	Epoch     int64  `json:"epoch"`
 	Seq       int64  `json:"seq"`
 	Duplicate bool   `json:"duplicate"`
+	// Control is the owner's answer to a control (Manager.Control); nil
+	// for an input.
+	Control *ControlResult `json:"control,omitempty"`
 }
 
 // Pos returns the position of the input's user_event.
@@ -161,6 +168,8 @@ func NewManager(cfg Config) *Manager {
 		panic("session: Config.Leases is required")
 	case cfg.Store == nil:
 		panic("session: Config.Store is required")
+	case !ValidMultitask(cfg.DoubleTexting):
+		panic("session: Config.DoubleTexting must be enqueue, reject or interrupt")
 	case cfg.RenewMargin >= cfg.LeaseTTL:
 		panic("session: Config.RenewMargin must be shorter than LeaseTTL")
 	case cfg.RenewEvery >= cfg.LeaseTTL-cfg.RenewMargin:
@@ -210,6 +219,9 @@ func withDefaults(cfg Config) Config {
 	if cfg.MaxIdempotencyKeys <= 0 {
 		cfg.MaxIdempotencyKeys = def.MaxIdempotencyKeys
 	}
+	if cfg.DoubleTexting == "" {
+		cfg.DoubleTexting = MultitaskEnqueue
+	}
 	if cfg.Agent == nil {
 		cfg.Agent = EchoAgent{}
 	}
@@ -257,6 +269,16 @@ func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, er
 	if err := ValidateInput(in); err != nil {
 		return Accepted{}, fmt.Errorf("session: accept %q: %w", id, err)
 	}
+	if !ValidMultitask(in.Multitask) {
+		return Accepted{}, fmt.Errorf("session: accept %q: %w", id, refuse(RuleMultitask, "multitask %q is not enqueue, reject or interrupt", in.Multitask))
+	}
+	return m.claimAndSubmit(ctx, id, &submitReq{in: in})
+}
+
+// claimAndSubmit claims the lease for id and hands req (an input or a
+// control) to the session's actor, claiming again when the actor it met
+// was retiring.
+func (m *Manager) claimAndSubmit(ctx context.Context, id string, req *submitReq) (Accepted, error) {
 	var last error
 	var claimed *Lease // the latest lease this Submit claimed
 	for range maxSubmitAttempts {
@@ -289,7 +311,7 @@ func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, er
 		if err != nil {
 			return Accepted{}, err
 		}
-		acc, retry, err := a.submit(ctx, in)
+		acc, retry, err := a.submit(ctx, req)
 		if retry {
 			last = err
 			continue

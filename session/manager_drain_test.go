@@ -64,7 +64,7 @@ func TestDrainReleasesLeases(t *testing.T) {
 		submit(t, b, "s1", "third")
 		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
 		stt := state(t, b, "s1")
-		want := []Message{{"user", "first"}, {"assistant", "done"}, {"user", "second"}, {"assistant", "second"}, {"user", "third"}, {"assistant", "third"}}
+		want := []Message{{Role: "user", Content: "first"}, {Role: "assistant", Content: "done"}, {Role: "user", Content: "second"}, {Role: "assistant", Content: "second"}, {Role: "user", Content: "third"}, {Role: "assistant", Content: "third"}}
 		if !reflect.DeepEqual(messages(stt.History), want) {
 			t.Fatalf("history on the next owner = %v, want %v", stt.History, want)
 		}

@@ -154,6 +154,8 @@ type Stats struct {
 	TurnsGivenUp    uint64 // turns ended turn_failed after MaxTurnAttempts attempts
 	HandOvers       uint64 // turns a drain stopped past its window, left in the inbox for the next owner
 	Relogged        uint64 // events a thaw logged at positions an earlier owner took but never logged (tail repair)
+	TurnsStopped    uint64 // turns ended turn_stopped (a stop, or a double-texting interrupt)
+	Interrupts      uint64 // turns ended with an interrupt (a question for the client)
 }
 
 // Stats returns the Manager's counters.
@@ -178,13 +180,15 @@ func (m *Manager) Stats() Stats {
 		TurnsGivenUp:    c.turnsGivenUp.Load(),
 		HandOvers:       c.handOvers.Load(),
 		Relogged:        c.relogged.Load(),
+		TurnsStopped:    c.turnsStopped.Load(),
+		Interrupts:      c.interrupts.Load(),
 	}
 }
 
 type counters struct {
 	accepted, duplicates, turnsCompleted, turnsFailed, thaws, hibernations,
 	standDowns, fenced, logAppendErrors, publishErrors, forwards, inboxErrors, storeRetries,
-	turnsResumed, turnsRestarted, turnsGivenUp, handOvers, relogged atomic.Uint64
+	turnsResumed, turnsRestarted, turnsGivenUp, handOvers, relogged, turnsStopped, interrupts atomic.Uint64
 }
 
 // LiveLease reads session id's lease without claiming it (one Get on the

@@ -99,7 +99,7 @@ func assertResumedOnce(t *testing.T, st *stores, id string, input Position, k in
 		t.Fatalf("final message = %q, want the whole reply %q", m.Content, whole)
 	}
 	stored := loadStored(t, st.store, id)
-	want := []Message{{"user", whole}, {"assistant", whole}}
+	want := []Message{{Role: "user", Content: whole}, {Role: "assistant", Content: whole}}
 	if !reflect.DeepEqual(messages(stored.History), want) || len(stored.Inbox) != 0 {
 		t.Fatalf("stored = %+v, want %v and an empty inbox", stored, want)
 	}
@@ -273,7 +273,7 @@ func TestUnresumableTurnRestartsThenGivesUp(t *testing.T) {
 		t.Fatalf("d published %v, want only turn_failed", got)
 	}
 	stored := loadStored(t, st.store, "s1")
-	if len(stored.Inbox) != 0 || !reflect.DeepEqual(messages(stored.History), []Message{{"user", "poison"}}) {
+	if len(stored.Inbox) != 0 || !reflect.DeepEqual(messages(stored.History), []Message{{Role: "user", Content: "poison"}}) {
 		t.Fatalf("stored = %+v, want the input out of the inbox with its user message", stored)
 	}
 	if s := d.Stats(); s.TurnsGivenUp != 1 || s.TurnsFailed != 1 {
@@ -327,7 +327,7 @@ func TestResumeRestartsWhenJournalLost(t *testing.T) {
 		t.Fatalf("b streamed %d deltas, want all %d again", n, len(resumeWords))
 	}
 	whole := strings.Join(resumeWords, " ")
-	if s := loadStored(t, st.store, "s1"); !reflect.DeepEqual(messages(s.History), []Message{{"user", whole}, {"assistant", whole}}) {
+	if s := loadStored(t, st.store, "s1"); !reflect.DeepEqual(messages(s.History), []Message{{Role: "user", Content: whole}, {Role: "assistant", Content: whole}}) {
 		t.Fatalf("history = %v", s.History)
 	}
 	if s := b.Stats(); s.TurnsRestarted != 1 || s.TurnsResumed != 0 {

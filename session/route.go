@@ -125,13 +125,28 @@ const maxRouteSteps = 4
 // reported it (zero for refusals without a holder). Without a Forwarder
 // (single node) another process's live lease is refused the same way.
 func (m *Manager) Submit(ctx context.Context, id string, in Input) Outcome {
+	return m.route(ctx, id, in, nil)
+}
+
+// route is Submit for an input (ctl nil) or a control (Control).
+func (m *Manager) route(ctx context.Context, id string, in Input, ctl *Control) Outcome {
 	if !ValidID(id) {
 		return Outcome{Kind: OutcomeFailed, Err: ErrInvalidID}
 	}
 	if err := m.admitting(); err != nil {
 		return m.refused(id, err, 0, 0)
 	}
-	acc, err := m.Accept(ctx, id, in)
+	local := func() (Accepted, error) {
+		if ctl == nil {
+			return m.Accept(ctx, id, in)
+		}
+		r, err := m.ControlLocal(ctx, id, *ctl)
+		if err != nil {
+			return Accepted{}, err
+		}
+		return Accepted{Session: id, Control: &r}, nil
+	}
+	acc, err := local()
 	remote := false
 	hops, steps, unreachable := 0, 0, 0
 	for {
@@ -146,7 +161,7 @@ func (m *Manager) Submit(ctx context.Context, id string, in Input) Outcome {
 		case held.Holder == m.cfg.Owner:
 			// A node answered that the lease moved back to this process.
 			steps++
-			acc, err = m.Accept(ctx, id, in)
+			acc, err = local()
 			remote = false
 			continue
 		case NodeOf(held.Holder) == NodeOf(m.cfg.Owner):
@@ -157,7 +172,7 @@ func (m *Manager) Submit(ctx context.Context, id string, in Input) Outcome {
 		}
 		steps++
 		hops++
-		acc, err = m.forward(ctx, held.Holder, id, in)
+		acc, err = m.forward(ctx, held.Holder, ForwardRequest{Session: id, Input: in, Control: ctl})
 		remote = true
 		if errors.Is(err, ErrUnreachable) {
 			unreachable++
@@ -167,19 +182,25 @@ func (m *Manager) Submit(ctx context.Context, id string, in Input) Outcome {
 				return m.refused(id, held, held.Remaining, hops)
 			}
 			m.tr.Emit("session.route.reresolve", "owner", m.cfg.Owner, "session", id, "holder", held.Holder)
-			acc, err = m.Accept(ctx, id, in)
+			acc, err = local()
 			remote = false
 		}
 	}
 }
 
 // forward makes one hop to holder, bounded by ForwardTimeout.
-func (m *Manager) forward(ctx context.Context, holder, id string, in Input) (Accepted, error) {
+func (m *Manager) forward(ctx context.Context, holder string, req ForwardRequest) (Accepted, error) {
+	id := req.Session
 	m.stats.forwards.Add(1)
 	m.tr.Emit("session.forward", "owner", m.cfg.Owner, "session", id, "holder", holder)
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
-	acc, err := m.cfg.Forwarder.Forward(ctx, holder, ForwardRequest{Session: id, Input: in})
+	acc, err := m.cfg.Forwarder.Forward(ctx, holder, req)
+	if err == nil && req.Control != nil && acc.Control == nil {
+		// A node that answered a control with an input's answer does not
+		// know controls; nothing was applied there.
+		err = fmt.Errorf("%w: the owner node answered a control without a control result", ErrForwardFailed)
+	}
 	m.tr.Emit("session.forward.done", "owner", m.cfg.Owner, "session", id, "holder", holder, "err", errText(err), "unreachable", errors.Is(err, ErrUnreachable))
 	return acc, err
 }
@@ -192,7 +213,9 @@ func (m *Manager) forward(ctx context.Context, holder, id string, in Input) (Acc
 // may have been accepted there.
 func (m *Manager) settle(id string, err error, remote bool, hops int) Outcome {
 	refuse := !errors.Is(err, ErrInvalidID) && !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrBusy) &&
-		!errors.Is(err, ErrIdempotencyKeyReused) && !errors.Is(err, ErrOutcomeUnknown)
+		!errors.Is(err, ErrIdempotencyKeyReused) && !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrTurnBusy) &&
+		!errors.Is(err, ErrInvalidControl) && !errors.Is(err, ErrInterruptAnswered) && !errors.Is(err, ErrInterruptExpired) &&
+		!errors.Is(err, ErrInterruptNotFound)
 	if remote {
 		var re *RemoteError
 		refuse = errors.As(err, &re) && (errors.Is(err, ErrDraining) || errors.Is(err, ErrFenced) || errors.Is(err, ErrStoreUnavailable))

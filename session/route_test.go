@@ -457,3 +457,122 @@ func TestInvalidInputRefusedByOwner(t *testing.T) {
 func jittered(after, base time.Duration) bool {
 	return after >= base && after < base+session.RetryJitter
 }
+
+// A stop posted to a node that does not own the session is forwarded to
+// the owner, which stops its running turn; the answer crosses the wire.
+// The owner's not_running answer crosses it too.
+func TestControlForwardsToOwner(t *testing.T) {
+	e := newRouteEnv(t)
+	block := make(chan struct{})
+	started := make(chan struct{}, 4)
+	agent := agentFunc(func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+		if err := emit(ctx, session.TypeDelta, map[string]string{"text": "part"}); err != nil {
+			return session.Message{}, err
+		}
+		started <- struct{}{}
+		select {
+		case <-ctx.Done():
+			return session.Message{}, context.Cause(ctx)
+		case <-block:
+		}
+		return session.Message{Role: "assistant", Content: "whole"}, nil
+	})
+	tune := func(c *session.Config) { c.Agent = agent }
+	a, b := e.node("a/1", nil, tune), e.node("b/1", nil, tune)
+	ctx := ctxT(t)
+	acc := mustAccepted(t, a.Submit(ctx, "s1", input("one", "")))
+	<-started
+
+	out := b.Control(ctx, "s1", session.Control{Op: session.OpStop, Turn: session.Position{Epoch: 1, Seq: 99}})
+	r := mustAccepted(t, out).Control
+	if r == nil || r.Stopped || r.Reason != session.ReasonNotRunning || r.Running == nil || *r.Running != acc.Pos() || out.Hops != 1 {
+		t.Fatalf("forwarded stop of an unknown turn = %+v (hops %d), want not_running naming %v", r, out.Hops, acc.Pos())
+	}
+	out = b.Control(ctx, "s1", session.Control{Op: session.OpStop, Turn: acc.Pos()})
+	r = mustAccepted(t, out).Control
+	if r == nil || !r.Stopped || r.Turn != acc.Pos() {
+		t.Fatalf("forwarded stop = %+v, want stopped %v", r, acc.Pos())
+	}
+	st, err := a.State(ctx, "s1", session.HistoryQuery{})
+	if err != nil || len(st.History) != 2 || !st.History[1].Stopped || st.History[1].Content != "part" {
+		t.Fatalf("history after the stop = %+v (%v), want the partial reply marked stopped", st.History, err)
+	}
+	if len(b.Sessions()) != 0 {
+		t.Fatalf("b runs %v while a holds the lease", b.Sessions())
+	}
+	bad := b.Control(ctx, "s1", session.Control{Op: "pause", Turn: acc.Pos()})
+	if bad.Kind != session.OutcomeFailed || !errors.Is(bad.Err, session.ErrInvalidControl) {
+		t.Fatalf("unknown op = %v %v, want failed ErrInvalidControl", bad.Kind, bad.Err)
+	}
+}
+
+// A reject refusal at the owner crosses the wire with the running turn.
+func TestTurnBusyCrossesTheWire(t *testing.T) {
+	e := newRouteEnv(t)
+	started := make(chan struct{}, 4)
+	agent := agentFunc(func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return session.Message{}, ctx.Err()
+	})
+	tune := func(c *session.Config) { c.Agent = agent }
+	a, b := e.node("a/1", nil, tune), e.node("b/1", nil, tune)
+	ctx := ctxT(t)
+	acc := mustAccepted(t, a.Submit(ctx, "s1", input("one", "")))
+	<-started
+	in := input("two", "")
+	in.Multitask = session.MultitaskReject
+	out := b.Submit(ctx, "s1", in)
+	var busy *session.TurnBusyError
+	if out.Kind != session.OutcomeFailed || !errors.As(out.Err, &busy) || busy.Turn != acc.Pos() {
+		t.Fatalf("rejected input through a forward = %v %v, want failed TurnBusyError naming %v", out.Kind, out.Err, acc.Pos())
+	}
+}
+
+type agentFunc func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error)
+
+func (f agentFunc) Run(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+	return f(ctx, turn, emit)
+}
+
+// A stop sent while the owner is gone but its lease still live is refused
+// with a retry directive (nothing reached a turn); re-sent after the lease
+// lapsed, it reaches the node that takes the session over, which restarts
+// the turn from the inbox and stops that turn: the one the stop named.
+func TestStopDuringTakeoverRetriedReachesNewOwner(t *testing.T) {
+	e := newRouteEnv(t)
+	started := make(chan string, 8)
+	agent := agentFunc(func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+		started <- turn.ID.String()
+		<-ctx.Done()
+		return session.Message{}, context.Cause(ctx)
+	})
+	tune := func(c *session.Config) { c.Agent = agent }
+	a := e.node("a/1", nil, tune)
+	b := e.node("b/1", nil, tune)
+	ctx := ctxT(t)
+	acc := mustAccepted(t, a.Submit(ctx, "s1", input("long", "")))
+	if got := <-started; got != acc.Pos().String() {
+		t.Fatalf("turn %s started, want %v", got, acc.Pos())
+	}
+	e.crash("a/1", a)
+
+	stop := session.Control{Op: session.OpStop, Turn: acc.Pos()}
+	out := b.Control(ctx, "s1", stop)
+	if out.Kind != session.OutcomeRefused || out.Retry.After <= 0 {
+		t.Fatalf("stop during the takeover window = %v %v (retry %+v), want refused with a retry directive", out.Kind, out.Err, out.Retry)
+	}
+	e.clock.Advance(routeTTL + time.Second)
+	out = b.Control(ctx, "s1", stop)
+	r := mustAccepted(t, out).Control
+	if r == nil || !r.Stopped || r.Turn != acc.Pos() {
+		t.Fatalf("re-sent stop = %+v, want the turn stopped on the new owner", r)
+	}
+	if got := <-started; got != acc.Pos().String() {
+		t.Fatalf("the new owner ran turn %s, want %v", got, acc.Pos())
+	}
+	st, err := b.State(ctx, "s1", session.HistoryQuery{})
+	if err != nil || len(st.History) != 2 || !st.History[1].Stopped || st.Epoch != acc.Epoch+1 || len(st.Pending) != 0 {
+		t.Fatalf("state after the stop = %+v (%v), want the turn ended stopped at epoch %d", st, err, acc.Epoch+1)
+	}
+}

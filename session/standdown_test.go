@@ -36,7 +36,7 @@ func TestStandDownAfterCheckpointFailureReleasesLease(t *testing.T) {
 		t.Fatalf("accepted at %+v, want epoch %d", acc, first.Epoch+1)
 	}
 	waitFor(t, tr, trace.Kind("session.emit", "session", "s1", "type", TypeTurnCompleted, "epoch", acc.Epoch), 2)
-	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, []Message{{"user", "hello"}, {"assistant", "hello"}, {"user", "again"}, {"assistant", "again"}}) {
+	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, []Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}, {Role: "user", Content: "again"}, {Role: "assistant", Content: "again"}}) {
 		t.Fatalf("history = %v, want the stood-down turn re-run, then the new one", got)
 	}
 }

@@ -45,7 +45,7 @@ const inboxSQL = `SELECT epoch, seq, idem_key, body_hash, input_type, input_data
 
 // historySQL: $1 key, $2 before (exclusive), $3 limit; newest first.
 const historySQL = `
-SELECT n, turn_epoch, turn_seq, role, content FROM session_history
+SELECT n, turn_epoch, turn_seq, role, content, stopped FROM session_history
 WHERE key = $1 AND n < $2 ORDER BY n DESC LIMIT $3`
 
 // keysSQL: $1 key, $2 retention, $3 limit; newest first.
@@ -78,7 +78,7 @@ p AS (
 SELECT count(*) FROM f`
 
 // completeSQL: $1 key, $2 writer epoch, $3 seq, $4 input epoch, $5 input
-// seq, $6 roles, $7 contents. The history numbers follow history_n. The
+// seq, $6 roles, $7 contents, $8 stopped flags. The history numbers follow history_n. The
 // messages are appended only while the input is in the inbox, so a
 // repeated write (after an unknown outcome) appends nothing twice.
 const completeSQL = `
@@ -93,9 +93,9 @@ f AS (
 d AS (
     DELETE FROM session_inbox b USING f WHERE b.key = f.key AND b.epoch = $4 AND b.seq = $5),
 h AS (
-    INSERT INTO session_history (key, n, turn_epoch, turn_seq, role, content)
-    SELECT f.key, f.history_n - cardinality($6::text[]) + m.ord, $4, $5, m.role, m.content
-    FROM f, unnest($6::text[], $7::bytea[]) WITH ORDINALITY AS m(role, content, ord)
+    INSERT INTO session_history (key, n, turn_epoch, turn_seq, role, content, stopped)
+    SELECT f.key, f.history_n - cardinality($6::text[]) + m.ord, $4, $5, m.role, m.content, m.stopped
+    FROM f, unnest($6::text[], $7::bytea[], $8::bool[]) WITH ORDINALITY AS m(role, content, stopped, ord)
     WHERE f.live)
 SELECT count(*) FROM f`
 
@@ -188,11 +188,12 @@ func (s *PostgresSessionStore) Accept(ctx context.Context, key string, epoch int
 func (s *PostgresSessionStore) CompleteTurn(ctx context.Context, key string, epoch int64, t TurnRecord) error {
 	roles := make([]string, len(t.Messages))
 	contents := make([][]byte, len(t.Messages))
+	stopped := make([]bool, len(t.Messages))
 	for i, m := range t.Messages {
-		roles[i], contents[i] = m.Role, []byte(m.Content)
+		roles[i], contents[i], stopped[i] = m.Role, []byte(m.Content), m.Stopped
 	}
 	var n int64
-	err := s.pool.QueryRow(ctx, completeSQL, key, epoch, t.Seq, t.Input.Epoch, t.Input.Seq, roles, contents).Scan(&n)
+	err := s.pool.QueryRow(ctx, completeSQL, key, epoch, t.Seq, t.Input.Epoch, t.Input.Seq, roles, contents, stopped).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("session: complete turn %q at %v: %w", key, t.Input, writeErr(err))
 	}
@@ -317,7 +318,7 @@ func scanHistory(rows pgx.Rows, err error) ([]StoredMessage, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredMessage, error) {
 		var m StoredMessage
 		var content []byte
-		err := r.Scan(&m.N, &m.Turn.Epoch, &m.Turn.Seq, &m.Role, &content)
+		err := r.Scan(&m.N, &m.Turn.Epoch, &m.Turn.Seq, &m.Role, &content, &m.Stopped)
 		m.Content = string(content)
 		return m, err
 	})

@@ -124,7 +124,7 @@ func TestThawRelogsTurnEnd(t *testing.T) {
 			t.Fatalf("log = %v, want %v", positions(evs), want)
 		}
 		var m Message
-		if err := json.Unmarshal(evs[5].Data, &m); err != nil || evs[5].Epoch != 1 || m != (Message{"assistant", "one two three"}) {
+		if err := json.Unmarshal(evs[5].Data, &m); err != nil || evs[5].Epoch != 1 || m != (Message{Role: "assistant", Content: "one two three"}) {
 			t.Fatalf("relogged message = %v %s, want the stored reply at epoch 1", evs[5].Pos(), evs[5].Data)
 		}
 		if acc.Epoch != 2 || evs[7].Prev == nil || *evs[7].Prev != evs[6].Pos() {

@@ -37,6 +37,13 @@ type Config struct {
 // Subject is the subject a node receives forwards on: "<prefix>.fwd.<node>".
 func Subject(prefix, node string) string { return prefix + ".fwd." + node }
 
+// ControlSubject is the subject a node receives forwarded controls on
+// (session.ForwardRequest with Control): "<prefix>.ctl.<node>". A node of
+// a version without controls does not listen there, so a control sent to
+// it finds no responders (session.ErrUnreachable) instead of being taken
+// for an input.
+func ControlSubject(prefix, node string) string { return prefix + ".ctl." + node }
+
 // Forwarder sends and serves forwards over one NATS connection. It does
 // not own the connection.
 type Forwarder struct {
@@ -79,7 +86,11 @@ func (f *Forwarder) Forward(ctx context.Context, holder string, req session.Forw
 	if err != nil {
 		return session.Accepted{}, fmt.Errorf("natsforward: encode request: %w", err)
 	}
-	msg, err := f.nc.RequestWithContext(ctx, Subject(f.cfg.Prefix, node), body)
+	subject := Subject(f.cfg.Prefix, node)
+	if req.Control != nil {
+		subject = ControlSubject(f.cfg.Prefix, node)
+	}
+	msg, err := f.nc.RequestWithContext(ctx, subject, body)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrConnectionClosed),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionDraining):
@@ -98,7 +109,8 @@ func (f *Forwarder) Forward(ctx context.Context, holder string, req session.Forw
 	return rep.Result()
 }
 
-// Serve answers forwards to this node (Subject(Prefix, Node)) with h, each
+// Serve answers forwards to this node (Subject(Prefix, Node), and controls
+// on ControlSubject(Prefix, Node)) with h, each
 // on its own goroutine. A request that is not a JSON ForwardRequest is
 // answered with session.CodeBadRequest. stop unsubscribes and waits for
 // the requests being handled; once it returns, the server knows the node
@@ -108,20 +120,28 @@ func (f *Forwarder) Serve(h session.ForwardHandler) (stop func(), err error) {
 	if !validToken(f.cfg.Node) {
 		return nil, fmt.Errorf("natsforward: node name %q is not a subject token", f.cfg.Node)
 	}
-	sub, err := f.nc.Subscribe(Subject(f.cfg.Prefix, f.cfg.Node), func(msg *nats.Msg) {
+	handle := func(msg *nats.Msg) {
 		f.wg.Add(1)
 		go f.handle(h, msg)
-	})
+	}
+	sub, err := f.nc.Subscribe(Subject(f.cfg.Prefix, f.cfg.Node), handle)
 	if err != nil {
+		return nil, fmt.Errorf("natsforward: subscribe: %w", err)
+	}
+	ctl, err := f.nc.Subscribe(ControlSubject(f.cfg.Prefix, f.cfg.Node), handle)
+	if err != nil {
+		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("natsforward: subscribe: %w", err)
 	}
 	// Let the server register the interest before the node is reachable.
 	if err := f.nc.Flush(); err != nil {
 		_ = sub.Unsubscribe()
+		_ = ctl.Unsubscribe()
 		return nil, fmt.Errorf("natsforward: subscribe: %w", err)
 	}
 	return func() {
 		_ = sub.Unsubscribe()
+		_ = ctl.Unsubscribe()
 		if f.nc.IsConnected() {
 			_ = f.nc.Flush()
 		}

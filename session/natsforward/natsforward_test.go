@@ -266,3 +266,46 @@ func TestNATSForwardLinkDown(t *testing.T) {
 func jittered(after, base time.Duration) bool {
 	return after >= base && after < base+session.RetryJitter
 }
+
+// TestNATSControlSubject: a control travels on the node's ctl subject and
+// its result comes back; a node listening only on the fwd subject (a node
+// of a version without controls) is never handed a control as an input:
+// the sender finds no responders.
+func TestNATSControlSubject(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.node("a/1", nil), e.node("b/1", nil)
+	ctx := ctxT(t)
+	acc := accepted(t, a.m.Submit(ctx, "s1", input("on a", "")))
+	out := b.m.Control(ctx, "s1", session.Control{Op: session.OpStop, Turn: session.Position{Epoch: acc.Epoch, Seq: acc.Seq + 100}})
+	r := accepted(t, out).Control
+	if r == nil || r.Stopped || r.Reason != session.ReasonNotRunning || out.Hops != 1 {
+		t.Fatalf("forwarded control = %+v (hops %d), want a not_running answer from a", r, out.Hops)
+	}
+
+	// An old node: it serves the fwd subject only.
+	nc := testenv.NATSConn(t)
+	served := make(chan session.ForwardRequest, 1)
+	sub, err := nc.Subscribe(natsforward.Subject(e.prefix, "old"), func(msg *nats.Msg) {
+		var req session.ForwardRequest
+		_ = json.Unmarshal(msg.Data, &req)
+		served <- req
+		_ = msg.Respond([]byte(`{"accepted":{"session":"s1","epoch":1,"seq":1}}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f := natsforward.New(testenv.NATSConn(t), natsforward.Config{Prefix: e.prefix})
+	_, err = f.Forward(ctx, "old/1", session.ForwardRequest{Session: "s1", Control: &session.Control{Op: session.OpStop, Turn: session.Position{Epoch: 1, Seq: 1}}})
+	if !errors.Is(err, session.ErrUnreachable) {
+		t.Fatalf("control to an old node = %v, want ErrUnreachable", err)
+	}
+	select {
+	case req := <-served:
+		t.Fatalf("the old node was handed %+v", req)
+	default:
+	}
+}

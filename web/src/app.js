@@ -10,7 +10,7 @@ import "../static/style.css";
 import { Socket } from "phoenix";
 import { byId, bearer, fetchJSON, h } from "./lib/dom.js";
 import { describeAgentEvent, isLifecycleType, isSessionEvent } from "./lib/agent-events.js";
-import { compareCursor, cursorOf, formatCursor, userText } from "./lib/events.js";
+import { compareCursor, cursorOf, formatCursor, turnId, userText } from "./lib/events.js";
 import { pushOnce, sendWithRetry } from "./lib/retry.js";
 import { peekClaims, rememberToken, takeToken } from "./lib/token.js";
 
@@ -32,6 +32,9 @@ const ui = {
   compose: byId("compose"),
   text: byId("text"),
   send: byId("send"),
+  stop: byId("stop"),
+  multitask: byId("multitask"),
+  ask: byId("ask"),
   notice: byId("notice"),
 };
 
@@ -79,6 +82,16 @@ function ensureSocket(token) {
   return socket;
 }
 
+/** The {interrupt, value} of a history user message that answered an interrupt, or null. */
+function answerOf(content) {
+  try {
+    const v = JSON.parse(content);
+    return v && typeof v === "object" && typeof v.interrupt === "string" && "value" in v ? v : null;
+  } catch {
+    return null;
+  }
+}
+
 /** One session: its channel, the events received, and their rendering. */
 class SessionView {
   constructor(sock, id) {
@@ -88,6 +101,7 @@ class SessionView {
     this.received = []; // every event payload applied, in order
     this.replayLeft = 0; // events still to come from the join's replay
     this.bubble = null; // the assistant bubble being streamed
+    this.running = ""; // the turn id "<epoch>-<seq>" streaming now ("" when none)
     this.closed = false;
     ui.messages.replaceChildren();
     ui.events.replaceChildren();
@@ -164,7 +178,18 @@ class SessionView {
     const base = { epoch: Number(s.epoch) || 0, seq: Number(s.seq) || 0 };
     ui.messages.replaceChildren();
     this.bubble = null;
-    for (const m of s.history || []) this.addBubble(m.role, m.content, "done");
+    for (const m of s.history || []) {
+      if (m.role === "interrupt") {
+        try {
+          this.addInterrupt(JSON.parse(m.content));
+        } catch {
+          this.addBubble("system", m.content, "done");
+        }
+      } else if (m.role === "user" && answerOf(m.content)) {
+        const a = answerOf(m.content);
+        this.markAnswered(a.interrupt, a.value);
+      } else this.addBubble(m.role, m.content, m.stopped ? "stopped" : "done");
+    }
     const newer = this.received.filter((e) => compareCursor(cursorOf(e), base) > 0);
     if (!this.cursor || compareCursor(base, this.cursor) > 0) this.setCursor(base);
     for (const e of newer) this.render(e.type, e);
@@ -255,20 +280,79 @@ class SessionView {
     b.li.scrollIntoView({ block: "end" });
   }
 
+  setRunning(turn) {
+    this.running = turn;
+    ui.stop.hidden = !turn;
+    ui.stop.disabled = false;
+  }
+
+  /** Shows an interrupt as a card with a button per choice. */
+  addInterrupt(iv) {
+    const p = iv.payload || {};
+    const choices = Array.isArray(p.choices) ? p.choices : ["approve", "deny"];
+    const buttons = choices.map((c) =>
+      h("button", { type: "button", text: String(c), onclick: () => this.answer(iv.id, c) }),
+    );
+    const card = h(
+      "li",
+      { class: "msg interrupt", "data-interrupt": iv.id },
+      h("div", { class: "role", text: `asks · ${iv.kind}` }),
+      h("div", { class: "body", text: p.question || JSON.stringify(p) }),
+      h("div", { class: "choices" }, ...buttons),
+    );
+    ui.messages.append(card);
+    card.scrollIntoView({ block: "end" });
+  }
+
+  /** Marks an interrupt's card answered (by anyone) and disables its buttons. */
+  markAnswered(id, value) {
+    const card = ui.messages.querySelector(`[data-interrupt="${CSS.escape(id)}"]`);
+    if (!card) return;
+    for (const b of card.querySelectorAll("button")) b.disabled = true;
+    card.classList.add("done");
+    card.querySelector(".role").textContent += ` · answered ${JSON.stringify(value)}`;
+  }
+
   render(type, e) {
     const data = e.data || {};
     switch (type) {
       case "user_event":
+        if (data.type === "resume" && data.data) {
+          this.markAnswered(data.data.interrupt, data.data.value);
+          break;
+        }
         this.addBubble("user", userText(data) || JSON.stringify(data), "done");
+        break;
+      case "interrupt":
+        if (this.bubble) this.bubble.li.remove();
+        this.bubble = null;
+        this.setRunning("");
+        this.addInterrupt(data);
+        break;
+      case "interrupt_expired": {
+        const card = ui.messages.querySelector(`[data-interrupt="${CSS.escape(data.interrupt || "")}"]`);
+        if (card) for (const b of card.querySelectorAll("button")) b.disabled = true;
+        this.addBubble("system", `The question ${data.interrupt} expired.`, "failed");
+        break;
+      }
+      case "turn_stopped":
+        if (this.bubble) {
+          this.bubble.body.textContent = data.partial ?? this.bubble.body.textContent;
+          this.bubble.li.classList.replace("streaming", "stopped");
+        }
+        this.bubble = null;
+        this.setRunning("");
         break;
       case "turn_started":
         // A restart (attempt > 1) replaces the partial reply of its turn.
         if (this.bubble && data.attempt > 1) this.setText("");
         else this.bubble = this.addBubble("assistant", "", "streaming");
+        this.setRunning(turnId(data.turn));
         break;
       case "turn_resumed":
         // Another node continues the turn after the deltas already shown.
         if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
+        this.setRunning(turnId(data.turn));
         break;
       case "delta":
         this.appendText(typeof data.text === "string" ? data.text : "");
@@ -283,6 +367,7 @@ class SessionView {
       case "turn_completed":
         if (this.bubble) this.bubble.li.classList.replace("streaming", "done");
         this.bubble = null;
+        this.setRunning("");
         this.refreshOwner();
         break;
       case "turn_failed": {
@@ -290,6 +375,7 @@ class SessionView {
         if (this.bubble) this.bubble.li.classList.replace("streaming", "failed");
         this.addBubble("system", `Turn failed: ${why}`, "failed");
         this.bubble = null;
+        this.setRunning("");
         break;
       }
       default:
@@ -297,9 +383,38 @@ class SessionView {
     }
   }
 
+  /** Stops the running turn (push "stop"), following retry directives. */
+  async stop() {
+    if (!this.running) return;
+    ui.stop.disabled = true;
+    const out = await sendWithRetry(() => pushOnce(this.channel, "stop", { turn: this.running }), {
+      onRetry: ({ afterMs }) => notice(`Session is moving: re-sending the stop in ${afterMs} ms.`, "warn"),
+    });
+    if (out.status === "ok" && out.response && out.response.stopped === false) {
+      notice(`Nothing to stop: turn ${out.response.turn} is not running.`);
+    } else if (out.status !== "ok") {
+      const r = out.response || {};
+      notice(`Stop refused: ${r.reason || out.status}`, "bad");
+    }
+    ui.stop.disabled = false;
+  }
+
+  /** Answers an interrupt (push "resume"), following retry directives. */
+  async answer(id, value) {
+    const payload = { interrupt: id, value, idempotency_key: crypto.randomUUID() };
+    const out = await sendWithRetry(() => pushOnce(this.channel, "resume", payload), {
+      onRetry: ({ afterMs }) => notice(`Session is moving: re-sending the answer in ${afterMs} ms.`, "warn"),
+    });
+    if (out.status !== "ok") {
+      const r = out.response || {};
+      notice(`Answer refused: ${r.reason || out.status}${r.message ? ` — ${r.message}` : ""}`, "bad");
+    }
+  }
+
   /** Sends the text as a "message" push, following retry directives. */
-  async send(text) {
-    const payload = { data: { text }, idempotency_key: crypto.randomUUID() };
+  async send(text, { multitask, ask } = {}) {
+    const payload = { data: ask ? { text, ask: true } : { text }, idempotency_key: crypto.randomUUID() };
+    if (multitask && multitask !== "enqueue") payload.multitask = multitask;
     notice("");
     const out = await sendWithRetry(() => pushOnce(this.channel, "message", payload), {
       onRetry: ({ afterMs, remainingMs }) =>
@@ -317,7 +432,8 @@ class SessionView {
         return false;
       default: {
         const r = out.response || {};
-        notice(`Refused: ${r.reason || "error"}${r.message ? ` — ${r.message}` : ""}`, "bad");
+        const busy = r.reason === "session_busy_turn" ? ` (turn ${r.turn} is running)` : "";
+        notice(`Refused: ${r.reason || "error"}${busy}${r.message ? ` — ${r.message}` : ""}`, "bad");
         return false;
       }
     }
@@ -367,7 +483,7 @@ ui.compose.addEventListener("submit", async (ev) => {
   const text = ui.text.value.trim();
   if (!text || !view) return;
   ui.send.disabled = true;
-  const sent = await view.send(text);
+  const sent = await view.send(text, { multitask: ui.multitask.value, ask: ui.ask.checked });
   ui.send.disabled = false;
   if (sent) ui.text.value = "";
   ui.text.focus();
@@ -379,5 +495,7 @@ ui.text.addEventListener("keydown", (ev) => {
     ui.compose.requestSubmit();
   }
 });
+
+ui.stop.addEventListener("click", () => view && view.stop());
 
 if (ui.token.value) open();

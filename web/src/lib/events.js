@@ -29,7 +29,15 @@ export const EVENT_TYPES = Object.freeze([
   "message",
   "turn_completed",
   "turn_failed",
+  "turn_stopped",
+  "interrupt",
+  "interrupt_expired",
 ]);
+
+/** The id of a turn, "<epoch>-<seq>" of its input, from a turn_* event's data.turn. */
+export function turnId(turn) {
+  return turn ? `${Number(turn.epoch)}-${Number(turn.seq)}` : "";
+}
 
 /**
  * The text a user_event carries. The gateway records the accepted input as the

@@ -1,0 +1,240 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/relaygw/relay/internal/trace"
+)
+
+// causeAgent is a blockAgent that records its turns' context causes.
+func causeAgent() (*blockAgent, chan error) {
+	ba := newBlockAgent()
+	causes := make(chan error, 16)
+	ba.onCancel = func(ctx context.Context) { causes <- context.Cause(ctx) }
+	return ba, causes
+}
+
+func stop(t *testing.T, m *Manager, id string, turn Position) ControlResult {
+	t.Helper()
+	out := m.Control(context.Background(), id, Control{Op: OpStop, Turn: turn})
+	if out.Kind != OutcomeAccepted || out.Accepted.Control == nil {
+		t.Fatalf("stop %v of %s: outcome %v, err %v", turn, id, out.Kind, out.Err)
+	}
+	return *out.Accepted.Control
+}
+
+// A stop of the running turn cancels the agent's context (cause
+// ErrTurnStopped), ends the turn as turn_stopped with the partial reply,
+// writes that reply to the history marked stopped, and takes the input out
+// of the inbox; the next input runs with it in its history. A second stop
+// of the same turn, a stop of an unknown turn and a stop of a finished
+// turn change nothing and say not_running.
+func TestStopRunningTurn(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfg, _, _ := testConfig(st, "a/1", tr)
+		ba, causes := causeAgent()
+		ba.pre = []string{"hello ", "wor"}
+		cfg.Agent = ba
+		m := startManager(t, cfg)
+
+		acc := submit(t, m, "s1", "one")
+		<-ba.started
+		r := stop(t, m, "s1", acc.Pos())
+		if !r.Stopped || r.Turn != acc.Pos() || r.Reason != "" {
+			t.Fatalf("stop = %+v, want stopped %v", r, acc.Pos())
+		}
+		if err := <-causes; !errors.Is(err, ErrTurnStopped) {
+			t.Fatalf("agent's context cause = %v, want ErrTurnStopped", err)
+		}
+		evs := logEvents(t, st.log, "s1")
+		want := []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta, TypeTurnStopped}
+		if got := types(evs); !reflect.DeepEqual(got, want) {
+			t.Fatalf("log = %v, want %v", got, want)
+		}
+		assertJSON(t, evs[4].Data, `{"turn":{"epoch":1,"seq":1},"partial":"hello wor"}`)
+		stored := loadStored(t, st.store, "s1")
+		wantHist := []Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "hello wor", Stopped: true}}
+		if got := messages(stored.History); !reflect.DeepEqual(got, wantHist) || len(stored.Inbox) != 0 {
+			t.Fatalf("stored history %+v inbox %d, want %+v and an empty inbox", got, len(stored.Inbox), wantHist)
+		}
+
+		for _, p := range []Position{acc.Pos(), {Epoch: 9, Seq: 9}} {
+			if r := stop(t, m, "s1", p); r.Stopped || r.Reason != ReasonNotRunning || r.Running != nil {
+				t.Fatalf("stop %v after the turn ended = %+v, want not_running, nothing running", p, r)
+			}
+		}
+
+		close(ba.release)
+		acc2 := submit(t, m, "s1", "two")
+		turn := <-ba.started
+		if !reflect.DeepEqual(turn.History, wantHist) {
+			t.Fatalf("next turn's history = %+v, want %+v", turn.History, wantHist)
+		}
+		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+		if r := stop(t, m, "s1", acc2.Pos()); r.Stopped || r.Reason != ReasonNotRunning {
+			t.Fatalf("stop of a completed turn = %+v, want not_running", r)
+		}
+		if s := m.Stats(); s.TurnsStopped != 1 || s.TurnsCompleted != 1 {
+			t.Fatalf("stats = %+v, want 1 stopped, 1 completed", s)
+		}
+	})
+}
+
+// A stop names one turn: a stop of a queued input (not yet running) says
+// not_running and names the running turn, which runs on.
+func TestStopQueuedTurnIsNoop(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, _ := testConfig(st, "a/1", tr)
+	ba := newBlockAgent()
+	cfg.Agent = ba
+	m := startManager(t, cfg)
+	first := submit(t, m, "s1", "one")
+	<-ba.started
+	second := submit(t, m, "s1", "two")
+	r := stop(t, m, "s1", second.Pos())
+	if r.Stopped || r.Reason != ReasonNotRunning || r.Running == nil || *r.Running != first.Pos() {
+		t.Fatalf("stop of the queued input = %+v, want not_running with running %v", r, first.Pos())
+	}
+	close(ba.release)
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	if s := m.Stats(); s.TurnsStopped != 0 {
+		t.Fatalf("stats = %+v, want nothing stopped", s)
+	}
+}
+
+// Double texting, reject: an input marked reject while a turn runs is
+// refused with the running turn's position; nothing is accepted (no
+// user_event, no seq used). Without a turn running it is accepted.
+func TestDoubleTextingReject(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfg, _, _ := testConfig(st, "a/1", tr)
+		ba := newBlockAgent()
+		cfg.Agent = ba
+		cfg.DoubleTexting = MultitaskReject // the default mode
+		m := startManager(t, cfg)
+		first := submit(t, m, "s1", "one")
+		<-ba.started
+		in := textInput("two", "k2")
+		_, err := m.Accept(context.Background(), "s1", in)
+		var busy *TurnBusyError
+		if !errors.As(err, &busy) || busy.Turn != first.Pos() || !errors.Is(err, ErrTurnBusy) {
+			t.Fatalf("accept while running = %v, want TurnBusyError naming %v", err, first.Pos())
+		}
+		in.Multitask = MultitaskEnqueue // the event's mode wins over the default
+		queued, err := m.Accept(context.Background(), "s1", in)
+		if err != nil {
+			t.Fatalf("enqueue while running: %v", err)
+		}
+		if got := types(logEvents(t, st.log, "s1")); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeUserEvent}) {
+			t.Fatalf("log = %v: the rejected input left a trace", got)
+		}
+		if queued.Seq != 3 {
+			t.Fatalf("queued input at %v, want seq 3 (the refusal used none)", queued.Pos())
+		}
+		close(ba.release)
+		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+		if stored := loadStored(t, st.store, "s1"); len(stored.History) != 4 {
+			t.Fatalf("history %+v, want two whole turns", stored.History)
+		}
+	})
+}
+
+// Double texting, interrupt: the input is accepted, the running turn ends
+// turn_stopped with its partial reply, then the input runs with that
+// partial reply (marked stopped) in its history.
+func TestDoubleTextingInterrupt(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfg, _, _ := testConfig(st, "a/1", tr)
+		ba, causes := causeAgent()
+		ba.pre = []string{"par", "tial"}
+		cfg.Agent = ba
+		m := startManager(t, cfg)
+		submit(t, m, "s1", "one")
+		<-ba.started
+		in := textInput("two", "")
+		in.Multitask = MultitaskInterrupt
+		if _, err := m.Accept(context.Background(), "s1", in); err != nil {
+			t.Fatalf("interrupting input: %v", err)
+		}
+		if err := <-causes; !errors.Is(err, ErrTurnStopped) {
+			t.Fatalf("cause = %v, want ErrTurnStopped", err)
+		}
+		next := <-ba.started
+		want := []Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "partial", Stopped: true}}
+		if !reflect.DeepEqual(next.History, want) || InputText(next.Input) != "two" {
+			t.Fatalf("next turn %q saw %+v, want two with %+v", InputText(next.Input), next.History, want)
+		}
+		if next.Input.Multitask != "" {
+			t.Fatalf("the turn's input kept multitask %q; it is not stored", next.Input.Multitask)
+		}
+		close(ba.release)
+		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+		got := strings.Join(types(logEvents(t, st.log, "s1")), " ")
+		const wantLog = "user_event turn_started delta delta user_event turn_stopped turn_started delta delta message turn_completed"
+		if got != wantLog {
+			t.Fatalf("log = %s\nwant  %s", got, wantLog)
+		}
+	})
+}
+
+// A stop that reaches the new owner after a takeover stops the resumed
+// turn there: the old owner, frozen mid-turn, lost its lease; the stop
+// thaws the session on the new owner (which resumes the turn first) and
+// stops it, and the partial reply holds the words of both epochs.
+func TestStopAfterTakeoverStopsResumedTurn(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfgA, _, _ := testConfig(st, "a/1", tr)
+		a := NewManager(cfgA)
+		defer a.Close()
+		at := trace.Kind("session.emit", "owner", "a/1", "type", TypeDelta, "seq", int64(4))
+		tr.Park(at, trace.Kind("session.exited", "owner", "b/1"))
+		acc := submit(t, a, "s1", strings.Join(resumeWords, " "))
+		waitFor(t, tr, at, 1)
+
+		st.advance(t, cfgA.LeaseTTL+time.Second)
+		cfgB, _, _ := testConfig(st, "b/1", tr)
+		stalled := make(chan Turn, 1)
+		cfgB.Agent = stallEcho{after: 1, stalled: stalled}
+		b := startManager(t, cfgB)
+		done := make(chan ControlResult, 1)
+		go func() {
+			out := b.Control(context.Background(), "s1", Control{Op: OpStop, Turn: acc.Pos()})
+			if out.Accepted.Control == nil {
+				t.Errorf("stop on b: %v %v", out.Kind, out.Err)
+				done <- ControlResult{}
+				return
+			}
+			done <- *out.Accepted.Control
+		}()
+		r := <-done
+		if !r.Stopped {
+			// b's actor starts the resumed turn before it reads its
+			// mailbox (schedule runs first), so the stop finds it running.
+			t.Fatalf("stop on the new owner = %+v, want stopped", r)
+		}
+		stored := loadStored(t, st.store, "s1")
+		last := stored.History[len(stored.History)-1]
+		if !last.Stopped || !strings.HasPrefix(last.Content, "w01 w02 ") {
+			t.Fatalf("stored reply %+v, want the partial reply of both epochs, stopped", last)
+		}
+		if s := b.Stats(); s.TurnsResumed != 1 || s.TurnsStopped != 1 {
+			t.Fatalf("b stats %+v, want 1 resumed and stopped", s)
+		}
+		b.Close()
+		waitFor(t, tr, trace.Kind("session.fenced", "owner", "a/1"), 1)
+	})
+}

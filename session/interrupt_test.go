@@ -1,0 +1,196 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/relaygw/relay/internal/trace"
+)
+
+func askInput(text string) Input {
+	data, _ := json.Marshal(map[string]any{"text": text, "ask": true})
+	return Input{Type: "message", Data: data}
+}
+
+func answerInput(id string, value any, key string) Input {
+	v, _ := json.Marshal(value)
+	data, _ := json.Marshal(map[string]json.RawMessage{"interrupt": json.RawMessage(`"` + id + `"`), "value": v})
+	return Input{Type: TypeResume, Data: data, IdempotencyKey: key}
+}
+
+// The echo agent asked to ask ends its turn with an interrupt: the turn's
+// last event, written to the history (role interrupt) before it is
+// published. The first answer is accepted and its continuation turn gets
+// the answer (Turn.Answer) and streams the text; a second answer is
+// refused interrupt_answered, an answer to an unknown interrupt
+// interrupt_not_found, a malformed one invalid_input. A re-sent answer with
+// the same idempotency key is a duplicate, not a second answer.
+func TestInterruptAnswerContinues(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfg, _, _ := testConfig(st, "a/1", tr)
+		m := startManager(t, cfg)
+		ctx := context.Background()
+
+		acc, err := m.Accept(ctx, "s1", askInput("hello world"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterrupt), 1)
+		evs := logEvents(t, st.log, "s1")
+		if got := types(evs); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeInterrupt}) {
+			t.Fatalf("log = %v", got)
+		}
+		assertJSON(t, evs[2].Data, `{"id":"ask-1-1","kind":"approval","payload":{"question":"Stream this reply?","choices":["approve","deny"],"text":"hello world"},"turn":{"epoch":1,"seq":1}}`)
+		stored := loadStored(t, st.store, "s1")
+		if len(stored.History) != 2 || stored.History[1].Role != RoleInterrupt || len(stored.Inbox) != 0 {
+			t.Fatalf("stored %+v, want the user message and the interrupt, empty inbox", stored)
+		}
+		if acc.Pos() != (Position{Epoch: 1, Seq: 1}) {
+			t.Fatalf("accepted at %v", acc.Pos())
+		}
+
+		if _, err := m.Accept(ctx, "s1", answerInput("nope", "approve", "")); !errors.Is(err, ErrInterruptNotFound) {
+			t.Fatalf("answer to an unknown interrupt = %v, want ErrInterruptNotFound", err)
+		}
+		bad := Input{Type: TypeResume, Data: json.RawMessage(`{"value":1}`)}
+		if _, err := m.Accept(ctx, "s1", bad); !errors.Is(err, ErrInvalidInput) {
+			t.Fatalf("malformed answer = %v, want ErrInvalidInput", err)
+		}
+		first, err := m.Accept(ctx, "s1", answerInput("ask-1-1", "approve", "a1"))
+		if err != nil {
+			t.Fatalf("first answer: %v", err)
+		}
+		if _, err := m.Accept(ctx, "s1", answerInput("ask-1-1", "deny", "a2")); !errors.Is(err, ErrInterruptAnswered) {
+			t.Fatalf("second answer = %v, want ErrInterruptAnswered", err)
+		}
+		if dup, err := m.Accept(ctx, "s1", answerInput("ask-1-1", "approve", "a1")); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
+			t.Fatalf("re-sent first answer = %+v, %v; want its duplicate", dup, err)
+		}
+		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+		evs = logEvents(t, st.log, "s1")
+		want := []string{TypeUserEvent, TypeTurnStarted, TypeInterrupt, TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta, TypeMessage, TypeTurnCompleted}
+		if got := types(evs); !reflect.DeepEqual(got, want) {
+			t.Fatalf("log = %v, want %v", got, want)
+		}
+		assertJSON(t, evs[3].Data, `{"type":"resume","data":{"interrupt":"ask-1-1","value":"approve"}}`)
+		assertJSON(t, evs[7].Data, `{"role":"assistant","content":"hello world"}`)
+		if s := m.Stats(); s.Interrupts != 1 || s.TurnsCompleted != 1 {
+			t.Fatalf("stats %+v", s)
+		}
+	})
+}
+
+// An interrupt raised on one owner is answered on the next: the first
+// owner stops (its lease lapses, as after a kill), a second Manager on the
+// same stores takes the answer, thaws the interrupt from the history, runs
+// the continuation with Turn.Answer, and refuses a second answer.
+func TestInterruptAnsweredAfterTakeover(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfgA, _, _ := testConfig(st, "a/1", tr)
+		a := NewManager(cfgA)
+		if _, err := a.Accept(context.Background(), "s1", askInput("one two")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeInterrupt), 1)
+		a.Close() // no hand-back: the lease lapses
+		st.advance(t, cfgA.LeaseTTL+time.Second)
+
+		cfgB, _, _ := testConfig(st, "b/1", tr)
+		seen := make(chan *InterruptAnswer, 1)
+		cfgB.Agent = agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+			seen <- turn.Answer
+			return EchoAgent{}.Run(ctx, turn, emit)
+		})
+		b := startManager(t, cfgB)
+		acc, err := b.Accept(context.Background(), "s1", answerInput("ask-1-1", "deny", ""))
+		if err != nil || acc.Epoch != 2 {
+			t.Fatalf("answer on the new owner = %+v, %v; want accepted at epoch 2", acc, err)
+		}
+		ans := <-seen
+		if ans == nil || ans.Interrupt.ID != "ask-1-1" || ans.Interrupt.Turn != (Position{Epoch: 1, Seq: 1}) || string(ans.Value) != `"deny"` {
+			t.Fatalf("continuation's Turn.Answer = %+v", ans)
+		}
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+		if _, err := b.Accept(context.Background(), "s1", answerInput("ask-1-1", "approve", "")); !errors.Is(err, ErrInterruptAnswered) {
+			t.Fatalf("second answer = %v, want ErrInterruptAnswered", err)
+		}
+		hist := messages(loadStored(t, st.store, "s1").History)
+		if last := hist[len(hist)-1]; last.Content != "(not approved)" {
+			t.Fatalf("continuation reply %q, want (not approved)", last.Content)
+		}
+		// A third owner, thawing after the continuation completed, still
+		// refuses a late answer.
+		b.Close()
+		st.advance(t, cfgA.LeaseTTL+time.Second)
+		cfgC, _, _ := testConfig(st, "c/1", tr)
+		c := startManager(t, cfgC)
+		if _, err := c.Accept(context.Background(), "s1", answerInput("ask-1-1", "approve", "")); !errors.Is(err, ErrInterruptAnswered) {
+			t.Fatalf("late answer on a third owner = %v, want ErrInterruptAnswered", err)
+		}
+	})
+}
+
+// An interrupt with expires_at ends with interrupt_expired when the
+// Manager's clock passes it; an answer after that is refused
+// interrupt_expired and nothing runs.
+func TestInterruptExpires(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, clk := testConfig(st, "a/1", tr)
+	exp := clk.Now().Add(time.Second)
+	cfg.Agent = agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+		if turn.Answer != nil {
+			t.Errorf("a continuation ran for an expired interrupt")
+		}
+		return Message{}, emit(ctx, TypeInterrupt, Interrupt{ID: "q1", Kind: "pick", Payload: json.RawMessage(`["a","b"]`), ExpiresAt: &exp})
+	})
+	m := startManager(t, cfg)
+	if _, err := m.Accept(context.Background(), "s1", textInput("which?", "")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterrupt), 1)
+	clk.Advance(2 * time.Second)
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterruptExpired), 1)
+	evs := logEvents(t, st.log, "s1")
+	assertJSON(t, evs[len(evs)-1].Data, `{"interrupt":"q1","turn":{"epoch":1,"seq":1}}`)
+	if _, err := m.Accept(context.Background(), "s1", answerInput("q1", "a", "")); !errors.Is(err, ErrInterruptExpired) {
+		t.Fatalf("answer after expiry = %v, want ErrInterruptExpired", err)
+	}
+}
+
+// An agent's interrupt must have a valid id and kind; after it, the turn
+// may emit nothing more.
+func TestInterruptEmitRules(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	cfg, _, _ := testConfig(st, "a/1", tr)
+	errs := make(chan [3]error, 1)
+	cfg.Agent = agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+		var out [3]error
+		out[0] = emit(ctx, TypeInterrupt, map[string]string{"id": "bad id!", "kind": "x"})
+		_ = emit(ctx, TypeInterrupt, map[string]string{"id": "ok", "kind": "x"})
+		out[1] = emit(ctx, TypeDelta, deltaData{Text: "late"})
+		out[2] = emit(ctx, TypeInterruptExpired, map[string]string{})
+		errs <- out
+		return Message{}, nil
+	})
+	m := startManager(t, cfg)
+	if _, err := m.Accept(context.Background(), "s1", textInput("x", "")); err != nil {
+		t.Fatal(err)
+	}
+	out := <-errs
+	for i, err := range out {
+		if err == nil {
+			t.Fatalf("emit %d accepted, want refused", i)
+		}
+	}
+	waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterrupt), 1)
+}
