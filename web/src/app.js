@@ -185,6 +185,8 @@ class SessionView {
     this.received.push({ ...payload, type });
     this.logEvent(type, payload, replayed);
     this.render(type, payload);
+    // A live turn start: the session has an owner now (a new session's join had none).
+    if (type === "turn_started" && !replayed) this.refreshOwner();
   }
 
   logEvent(type, payload, replayed) {
