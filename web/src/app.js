@@ -207,7 +207,8 @@ class SessionView {
     ui.messages.append(li);
     li.scrollIntoView({ block: "end" });
     // segments: the reply's text blocks, split by agent rows; text: all of it so far.
-    return { li, body, segments: [body], text: text || "", tools: new Map() };
+    // reasoning: the <pre> of the reasoning row further pieces join, or null.
+    return { li, body, segments: [body], text: text || "", tools: new Map(), reasoning: null };
   }
 
   /** The assistant bubble of the running turn, created if needed. */
@@ -227,6 +228,7 @@ class SessionView {
   setText(t) {
     const b = this.streaming();
     for (const seg of b.segments) seg.textContent = "";
+    b.reasoning = null;
     b.body.textContent = t;
     b.text = t;
   }
@@ -238,6 +240,13 @@ class SessionView {
   addAgentEvent(type, data) {
     const b = this.streaming();
     const v = describeAgentEvent(type, data);
+    // Reasoning streams in pieces (one event per chunk): while no reply text came after
+    // the open reasoning row, a further piece joins that row instead of adding one.
+    if (v.kind === "reasoning" && b.reasoning && b.body.textContent === "" && typeof (data && data.text) === "string") {
+      b.reasoning.textContent += data.text;
+      return;
+    }
+    b.reasoning = null;
     const call = v.kind === "tool_result" && v.id ? b.tools.get(v.id) : null;
     if (call) {
       call.summary.textContent = v.failed ? v.title : `${call.summary.textContent} ✓`;
@@ -250,6 +259,7 @@ class SessionView {
         : h("div", { class: `agent-event agent-${v.kind}` }, summary);
       b.li.append(row);
       if (v.kind === "tool_call" && v.id) b.tools.set(v.id, { row, summary });
+      if (v.kind === "reasoning" && v.detail && typeof (data && data.text) === "string") b.reasoning = row.querySelector("pre");
       b.body = h("div", { class: "body" });
       b.segments.push(b.body);
       b.li.append(b.body);
