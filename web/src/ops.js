@@ -175,7 +175,7 @@ ui.drain.addEventListener("click", async () => {
   if (!confirm(`Drain ${name}? It stops taking sockets and events and hands its sessions back; the process keeps running until it is stopped.`)) return;
   ui.drain.disabled = true;
   const res = await fetchJSON("/admin/drain", bearer(ui.token.value.trim(), { method: "POST" }));
-  if (res.ok) notice(`Drain started${res.body ? `: ${cell(res.body)}` : "."}`, "warn");
+  if (res.ok) notice(`Drain started on ${(res.body && res.body.node) || name}: it answers 503 draining until it is restarted.`, "warn");
   else {
     notice(`Drain refused: ${errorText(res)}`, "bad");
     ui.drain.disabled = false;
