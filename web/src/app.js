@@ -65,6 +65,27 @@ function describeClaims(token) {
   return `Signed in as ${c.sub || "?"} · sessions: ${sessions}${exp}`;
 }
 
+let tokenCheckedAt = 0;
+
+/**
+ * After a failed connect, asks the HTTP API whether the token is the reason (a browser
+ * does not see the 403 of a refused WebSocket upgrade): a development gateway signs
+ * with a new random secret at every start, so a remembered token stops working.
+ */
+async function checkToken(token) {
+  if (!view || Date.now() - tokenCheckedAt < 5000) return;
+  tokenCheckedAt = Date.now();
+  const res = await fetchJSON(`/api/sessions/${encodeURIComponent(view.id)}`, bearer(token));
+  if (res.status === 0) tokenCheckedAt = 0; // the gateway is down: ask again on the next failure
+  if (token !== socketToken) return;
+  if (res.status === 401) {
+    ui.who.textContent = `${describeClaims(token)} · refused by the gateway`;
+    notice("The gateway refuses this token. A restarted development gateway signs with a new secret: open the new URL it logged (…/#token=…) or paste its api_token.", "bad");
+  } else if (res.status === 403) {
+    notice("This token does not allow this session.", "bad");
+  }
+}
+
 /** Opens (or reuses) the socket for the current token. */
 function ensureSocket(token) {
   if (socket && socketToken === token) return socket;
@@ -72,7 +93,10 @@ function ensureSocket(token) {
   socketToken = token;
   socket = new Socket("/socket", { params: () => ({ token: socketToken }) });
   socket.onOpen(() => setPill(ui.socketState, "open", "ok"));
-  socket.onError(() => setPill(ui.socketState, "error · retrying", "bad"));
+  socket.onError(() => {
+    setPill(ui.socketState, "error · retrying", "bad");
+    checkToken(token);
+  });
   socket.onClose(() => setPill(ui.socketState, "disconnected · retrying", "warn"));
   setPill(ui.socketState, "connecting", "warn");
   socket.connect();
@@ -102,6 +126,7 @@ class SessionView {
     };
     this.channel.onError(() => {
       if (!this.closed) setPill(ui.channelState, "rejoining", "warn");
+      enableCompose(false); // until the rejoin's reply (onJoined)
     });
     this.channel.onClose(() => {
       if (!this.closed) setPill(ui.channelState, "closed by server", "bad");
