@@ -57,3 +57,17 @@ test("long arguments are shortened inline", () => {
   assert.equal(inlineArgs([1, 2]), "[1,2]");
   assert.equal(inlineArgs(undefined), "");
 });
+
+test("an AGENT=openai tool call (function name, arguments as JSON text) is titled by its function", () => {
+  const v = describeAgentEvent("tool_call", {
+    id: "call_abc",
+    type: "function",
+    function: { name: "get_weather", arguments: '{"city":"Paris"}' },
+  });
+  assert.deepEqual([v.kind, v.id, v.title], ["tool_call", "call_abc", 'Tool call · get_weather(city: "Paris")']);
+  assert.equal(v.detail, '{\n  "city": "Paris"\n}');
+  // Arguments that are not JSON text (a model's broken output) show as the text.
+  const raw = describeAgentEvent("tool_call", { id: "c", type: "function", function: { name: "f", arguments: "{oops" } });
+  assert.equal(raw.title, 'Tool call · f("{oops")');
+  assert.equal(raw.detail, '"{oops"');
+});

@@ -84,6 +84,10 @@ func (n *Node) handleReady(w http.ResponseWriter, _ *http.Request) {
 func (n *Node) mountWeb(r chi.Router) {
 	static, _ := fs.Sub(web.FS, "static")
 	dist, _ := fs.Sub(web.FS, "dist")
+	if _, err := fs.Stat(dist, "app.js"); err != nil {
+		// A binary built without `npm run build:web` serves pages whose scripts 404.
+		n.log.Warn("the pages' bundles are missing from this build (web/dist): / and /ops load without their scripts; build with `make run` or `make build`, or run `npm run build:web` first")
+	}
 	page := func(name string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Cache-Control", "no-store")

@@ -68,6 +68,27 @@ function describeClaims(token) {
   return `Signed in as ${c.sub || "?"} · sessions: ${sessions}${exp}`;
 }
 
+let tokenCheckedAt = 0;
+
+/**
+ * After a failed connect, asks the HTTP API whether the token is the reason (a browser
+ * does not see the 403 of a refused WebSocket upgrade): a development gateway signs
+ * with a new random secret at every start, so a remembered token stops working.
+ */
+async function checkToken(token) {
+  if (!view || Date.now() - tokenCheckedAt < 5000) return;
+  tokenCheckedAt = Date.now();
+  const res = await fetchJSON(`/api/sessions/${encodeURIComponent(view.id)}`, bearer(token));
+  if (res.status === 0) tokenCheckedAt = 0; // the gateway is down: ask again on the next failure
+  if (token !== socketToken) return;
+  if (res.status === 401) {
+    ui.who.textContent = `${describeClaims(token)} · refused by the gateway`;
+    notice("The gateway refuses this token. A restarted development gateway signs with a new secret: open the new URL it logged (…/#token=…) or paste its api_token.", "bad");
+  } else if (res.status === 403) {
+    notice("This token does not allow this session.", "bad");
+  }
+}
+
 /** Opens (or reuses) the socket for the current token. */
 function ensureSocket(token) {
   if (socket && socketToken === token) return socket;
@@ -75,7 +96,10 @@ function ensureSocket(token) {
   socketToken = token;
   socket = new Socket("/socket", { params: () => ({ token: socketToken }) });
   socket.onOpen(() => setPill(ui.socketState, "open", "ok"));
-  socket.onError(() => setPill(ui.socketState, "error · retrying", "bad"));
+  socket.onError(() => {
+    setPill(ui.socketState, "error · retrying", "bad");
+    checkToken(token);
+  });
   socket.onClose(() => setPill(ui.socketState, "disconnected · retrying", "warn"));
   setPill(ui.socketState, "connecting", "warn");
   socket.connect();
@@ -116,6 +140,7 @@ class SessionView {
     };
     this.channel.onError(() => {
       if (!this.closed) setPill(ui.channelState, "rejoining", "warn");
+      enableCompose(false); // until the rejoin's reply (onJoined)
     });
     this.channel.onClose(() => {
       if (!this.closed) setPill(ui.channelState, "closed by server", "bad");
@@ -210,6 +235,8 @@ class SessionView {
     this.received.push({ ...payload, type });
     this.logEvent(type, payload, replayed);
     this.render(type, payload);
+    // A live turn start: the session has an owner now (a new session's join had none).
+    if (type === "turn_started" && !replayed) this.refreshOwner();
   }
 
   logEvent(type, payload, replayed) {
@@ -230,7 +257,8 @@ class SessionView {
     ui.messages.append(li);
     li.scrollIntoView({ block: "end" });
     // segments: the reply's text blocks, split by agent rows; text: all of it so far.
-    return { li, body, segments: [body], text: text || "", tools: new Map() };
+    // reasoning: the <pre> of the reasoning row further pieces join, or null.
+    return { li, body, segments: [body], text: text || "", tools: new Map(), reasoning: null };
   }
 
   /** The assistant bubble of the running turn, created if needed. */
@@ -250,6 +278,7 @@ class SessionView {
   setText(t) {
     const b = this.streaming();
     for (const seg of b.segments) seg.textContent = "";
+    b.reasoning = null;
     b.body.textContent = t;
     b.text = t;
   }
@@ -261,6 +290,13 @@ class SessionView {
   addAgentEvent(type, data) {
     const b = this.streaming();
     const v = describeAgentEvent(type, data);
+    // Reasoning streams in pieces (one event per chunk): while no reply text came after
+    // the open reasoning row, a further piece joins that row instead of adding one.
+    if (v.kind === "reasoning" && b.reasoning && b.body.textContent === "" && typeof (data && data.text) === "string") {
+      b.reasoning.textContent += data.text;
+      return;
+    }
+    b.reasoning = null;
     const call = v.kind === "tool_result" && v.id ? b.tools.get(v.id) : null;
     if (call) {
       call.summary.textContent = v.failed ? v.title : `${call.summary.textContent} ✓`;
@@ -273,6 +309,7 @@ class SessionView {
         : h("div", { class: `agent-event agent-${v.kind}` }, summary);
       b.li.append(row);
       if (v.kind === "tool_call" && v.id) b.tools.set(v.id, { row, summary });
+      if (v.kind === "reasoning" && v.detail && typeof (data && data.text) === "string") b.reasoning = row.querySelector("pre");
       b.body = h("div", { class: "body" });
       b.segments.push(b.body);
       b.li.append(b.body);

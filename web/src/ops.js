@@ -1,5 +1,7 @@
 // The ops page: polls GET /admin/node, /admin/sessions, /admin/viewers and /admin/muster
-// with the admin token (Authorization: Bearer …) and offers POST /admin/drain.
+// (the dump in its text form, since JSON.parse would round the JSON form's 64-bit
+// view_hash and incarnation; the pubsub counters from the JSON form) with the admin
+// token (Authorization: Bearer …) and offers POST /admin/drain.
 import "../static/style.css";
 import { byId, bearer, fetchJSON, h } from "./lib/dom.js";
 
@@ -42,12 +44,19 @@ function cell(v) {
   return typeof v === "object" ? JSON.stringify(v) : String(v);
 }
 
+/** One row per field; a nested object's fields get dotted names (cluster.status). */
+function nodeRows(obj, prefix, rows) {
+  for (const [k, v] of Object.entries(obj || {})) {
+    const name = prefix + k;
+    if (v && typeof v === "object" && !Array.isArray(v)) nodeRows(v, `${name}.`, rows);
+    else rows.push(h("dt", { text: name }), h("dd", { text: Array.isArray(v) ? v.join(", ") : cell(v) }));
+  }
+  return rows;
+}
+
 function renderNode(node) {
   lastNode = node;
-  const rows = [];
-  for (const [k, v] of Object.entries(node || {})) {
-    rows.push(h("dt", { text: k }), h("dd", { text: cell(v) }));
-  }
+  const rows = nodeRows(node, "", []);
   ui.node.replaceChildren(...rows);
   ui.drain.disabled = !node || node.draining === true;
   if (node && node.draining) ui.drain.textContent = "Draining…";
@@ -104,22 +113,33 @@ function renderViewers(body) {
   );
 }
 
+/** The Muster dump's text form, then this node's pubsub counters from the JSON form. */
+function musterText(text, body) {
+  const counts = (body && body.pubsub) || {};
+  const pubsub = Object.entries(counts)
+    .map(([k, v]) => `${k} ${v}`)
+    .join(", ");
+  return `${typeof text === "string" ? text.trimEnd() : cell(text)}\npubsub: ${pubsub || "(none)"}\n`;
+}
+
 async function poll() {
   const token = ui.token.value.trim();
   if (!token || polling) return;
   polling = true;
   try {
-    const [node, sessions, viewers, muster] = await Promise.all(
-      ["/admin/node", "/admin/sessions", "/admin/viewers", "/admin/muster"].map((u) => fetchJSON(u, bearer(token))),
+    const [node, sessions, viewers, muster, dump] = await Promise.all(
+      ["/admin/node", "/admin/sessions", "/admin/viewers", "/admin/muster", "/admin/muster?format=text"].map((u) =>
+        fetchJSON(u, bearer(token)),
+      ),
     );
-    const failed = [node, sessions, viewers, muster].find((r) => !r.ok);
+    const failed = [node, sessions, viewers, muster, dump].find((r) => !r.ok);
     ui.status.textContent = failed
       ? `Last poll ${new Date().toLocaleTimeString()}: ${errorText(failed)}`
       : `Last poll ${new Date().toLocaleTimeString()}`;
     if (node.ok) renderNode(node.body);
     if (sessions.ok) renderSessions(sessions.body);
     if (viewers.ok) renderViewers(viewers.body);
-    if (muster.ok) ui.muster.textContent = JSON.stringify(muster.body, null, 2);
+    if (muster.ok && dump.ok) ui.muster.textContent = musterText(dump.body, muster.body);
   } finally {
     polling = false;
   }
@@ -155,7 +175,7 @@ ui.drain.addEventListener("click", async () => {
   if (!confirm(`Drain ${name}? It stops taking sockets and events and hands its sessions back; the process keeps running until it is stopped.`)) return;
   ui.drain.disabled = true;
   const res = await fetchJSON("/admin/drain", bearer(ui.token.value.trim(), { method: "POST" }));
-  if (res.ok) notice(`Drain started${res.body ? `: ${cell(res.body)}` : "."}`, "warn");
+  if (res.ok) notice(`Drain started on ${(res.body && res.body.node) || name}: it answers 503 draining until it is restarted.`, "warn");
   else {
     notice(`Drain refused: ${errorText(res)}`, "bad");
     ui.drain.disabled = false;

@@ -45,6 +45,16 @@ export function inlineArgs(input, max = 60) {
   return s.length > max ? s.slice(0, max - 1) + "…" : s;
 }
 
+/** The value of a JSON text, or the text itself when it is not JSON (undefined stays). */
+export function jsonText(s) {
+  if (typeof s !== "string") return s;
+  try {
+    return JSON.parse(s);
+  } catch {
+    return s;
+  }
+}
+
 /**
  * How one pass-through event is shown.
  *   kind     "tool_call" | "tool_result" | "reasoning" | "status" | "other"
@@ -60,14 +70,20 @@ export function describeAgentEvent(type, data) {
   const id = typeof d.id === "string" || typeof d.id === "number" ? String(d.id) : "";
   const name = typeof d.name === "string" && d.name ? d.name : "tool";
   switch (type) {
-    case "tool_call":
+    case "tool_call": {
+      // {id, name, input} (docs/AGENT_PROTOCOL.md), or AGENT=openai's chat completions
+      // shape {id, type:"function", function:{name, arguments:"<JSON text>"}}.
+      const fn = d.function && typeof d.function === "object" ? d.function : {};
+      const callName = typeof d.name === "string" && d.name ? d.name : typeof fn.name === "string" && fn.name ? fn.name : "tool";
+      const args = d.input ?? d.arguments ?? jsonText(fn.arguments);
       return {
         kind: "tool_call",
         id,
-        title: `Tool call · ${name}(${inlineArgs(d.input ?? d.arguments)})`,
-        detail: pretty(d.input ?? d.arguments ?? {}),
+        title: `Tool call · ${callName}(${inlineArgs(args)})`,
+        detail: pretty(args ?? {}),
         failed: typeof d.error === "string" && d.error !== "",
       };
+    }
     case "tool_result": {
       const failed = typeof d.error === "string" && d.error !== "";
       return {
