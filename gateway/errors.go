@@ -127,6 +127,8 @@ func (n *Node) answer(out session.Outcome) (acceptedBody, *apiError) {
 		switch {
 		case errors.As(err, &remote) && errors.Is(err, session.ErrDraining):
 			ae.Code, ae.Message = CodeDraining, "the owner node is draining; retry (another node will take the session)"
+		case (errors.Is(err, session.ErrDraining) || errors.Is(err, session.ErrClosed)) && n.cfg.NATSURL == "":
+			ae.Code, ae.Message = CodeDraining, "this node is draining and no other node can take the session; retry once it is back"
 		case errors.Is(err, session.ErrDraining), errors.Is(err, session.ErrClosed):
 			ae.Code, ae.Message = CodeDraining, "this node is draining; retry (another node will take the session)"
 		case errors.As(err, &held):

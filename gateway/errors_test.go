@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,14 @@ func TestAnswerMapsEveryOutcome(t *testing.T) {
 	}
 	if got := testutilCount(t, n, "relay_events_refused_total"); got != 15 {
 		t.Fatalf("relay_events_refused_total = %v, want one per answer (15)", got)
+	}
+	// A draining node says whether another node can take the session.
+	single := &Node{metrics: newMetrics()}
+	cluster := &Node{metrics: newMetrics(), cfg: Config{NATSURL: "nats://127.0.0.1:4222"}}
+	_, one := single.answer(refused(session.ErrDraining))
+	_, many := cluster.answer(refused(session.ErrDraining))
+	if !strings.Contains(one.Message, "no other node") || !strings.Contains(many.Message, "another node will take") {
+		t.Fatalf("draining messages: single node %q, cluster %q", one.Message, many.Message)
 	}
 	acc, ae := n.answer(session.Outcome{Kind: session.OutcomeAccepted, Accepted: session.Accepted{Session: "s1", Epoch: 2, Seq: 5, Duplicate: true}})
 	if ae != nil || acc != (acceptedBody{Session: "s1", Epoch: 2, Seq: 5, Duplicate: true}) {
