@@ -57,6 +57,8 @@ func TestNothingPublishedPastLeaseDeadline(t *testing.T) {
 	m := startManager(t, cfg)
 	submit(t, m, "s1", "hello")
 	<-ag.started
+	// The renewer is parked at its first arming, its timer not yet fired.
+	waitFor(t, tr, trace.Kind("renewer.armed", "owner", "a/1"), 1)
 	clk.Advance(cfg.LeaseTTL + time.Second)
 	close(ag.release)
 	if err := <-ag.postErr; err == nil {
