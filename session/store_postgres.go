@@ -57,7 +57,7 @@ ORDER BY accepted_at DESC LIMIT $3`
 // acceptSQL: $1 key, $2 writer epoch, $3 input epoch, $4 input seq,
 // $5 idempotency key, $6 body hash, $7 input type, $8 input data (JSON
 // bytes, stored as they are), $9 key retention, $10 the double-texting
-// mode to set if the session has none (” sets nothing).
+// mode to set if the session has none (an empty one sets nothing).
 const acceptSQL = `
 WITH f AS (
     UPDATE session_state SET epoch = $2, seq = GREATEST(seq, $4::bigint), updated_at = now(),
