@@ -196,3 +196,45 @@ func TestInterruptEventRefused(t *testing.T) {
 		})
 	}
 }
+
+// The request's history marks an interrupt entry with the parsed interrupt
+// and only the first later user message answering that interrupt's id with
+// the answer; a look-alike without an open interrupt, or naming another
+// id, is a plain user message; stopped replies keep their mark.
+func TestHistoryMarksInterruptsAndAnswers(t *testing.T) {
+	iv := `{"id":"q1","kind":"approval","turn":{"epoch":2,"seq":5}}`
+	in := []session.Message{
+		{Role: "user", Content: `{"interrupt":"q1","value":1}`}, // before any interrupt
+		{Role: "assistant", Content: "par", Stopped: true},
+		{Role: "interrupt", Content: iv},
+		{Role: "user", Content: `{"interrupt":"other","value":2}`},
+		{Role: "user", Content: `{"interrupt":"q1"}`},
+		{Role: "user", Content: `{"interrupt":"q1","value":3}`}, // already answered
+		{Role: "interrupt", Content: "not json"},
+	}
+	h := history(in)
+	if len(h) != len(in) {
+		t.Fatalf("%d entries, want %d", len(h), len(in))
+	}
+	for i, m := range h {
+		if m.Role != in[i].Role || m.Content != in[i].Content || m.Stopped != in[i].Stopped {
+			t.Fatalf("entry %d = %+v, want the message %+v", i, m, in[i])
+		}
+		wantAnswer := i == 4
+		if (m.Answer != nil) != wantAnswer {
+			t.Fatalf("entry %d answer %+v, want answer: %v", i, m.Answer, wantAnswer)
+		}
+		if wantInterrupt := i == 2; (m.Interrupt != nil) != wantInterrupt {
+			t.Fatalf("entry %d interrupt %+v, want interrupt: %v", i, m.Interrupt, wantInterrupt)
+		}
+	}
+	if a := h[4].Answer; a.Interrupt != "q1" || string(a.Value) != "null" {
+		t.Fatalf("answer %+v, want q1 with value null", a)
+	}
+	if iv := h[2].Interrupt; iv.ID != "q1" || iv.Kind != "approval" || iv.Turn != "2-5" || string(iv.Payload) != "null" || iv.ExpiresAt != nil {
+		t.Fatalf("interrupt %+v", iv)
+	}
+	if got := history(nil); got == nil || len(got) != 0 {
+		t.Fatalf("history(nil) = %#v, want an empty, non-nil slice", got)
+	}
+}
