@@ -3,7 +3,10 @@
 // by the official phoenix client. A POSTed event and a channel push each stream the agent's
 // tool_call, tool_result, deltas and final message to sockets on both nodes, in order; the
 // agent sees valid signatures and the stable turn id. Draining the owner mid-turn closes the
-// agent's request, and the other node resumes the turn (same turn id, attempt 2).
+// agent's request, and the other node resumes the turn (same turn id, attempt 2). Turn
+// control: a stop closes the agent's request and the next request's history holds the
+// partial reply marked stopped; an agent's interrupt is shown to clients, answered by a push
+// `resume`, and the continuation request carries the answer.
 import assert from "node:assert/strict";
 import { once } from "node:events";
 import { after, before, test } from "node:test";
@@ -39,24 +42,26 @@ function record(channel, name) {
   return inbox;
 }
 
-let agent, slowAgent;
+let agent, slowAgent, holdAgent;
 let gws = [];
 
 before(async () => {
   agent = await startAgent();
   slowAgent = await startAgent({ delayMs: 100 });
+  // An hour between words: a turn streams its first word, then runs until it is stopped.
+  holdAgent = await startAgent({ delayMs: 3_600_000 });
   gws = await startCluster(2, {
     AGENT: "http",
     AGENT_URL: agent.url,
     AGENT_SECRET: SECRET,
-    AGENT_ROUTES: `slow-=${slowAgent.url}`,
+    AGENT_ROUTES: `slow-=${slowAgent.url},hold-=${holdAgent.url}`,
     DRAIN_WINDOW: "1s",
   });
   await waitClusterReady(gws);
 });
 after(async () => {
   await Promise.all(gws.map((gw) => gw.stop()));
-  for (const a of [agent, slowAgent]) {
+  for (const a of [agent, slowAgent, holdAgent]) {
     a.server.closeAllConnections();
     await a.stop();
   }
@@ -132,6 +137,93 @@ test("AGENT=http: a POSTed event and a channel push stream the agent's events to
     { role: "user", content: "hello over http" },
     { role: "assistant", content: "You said: hello over http " },
   ]);
+}));
+
+test("AGENT=http: a stop mid-turn closes the agent's request; clients get turn_stopped; the next request's history has the partial reply", withLogs(async (t) => {
+  const [a, b] = gws;
+  const id = uniqueId("hold-"); // AGENT_ROUTES: the holding agent
+  const sb = await openSocket(t, b);
+  const chb = sb.channel(`session:${id}`, {});
+  const eb = record(chb, `socket on ${b.nodeName}`);
+  assert.equal((await join(chb)).status, "ok");
+
+  const r1 = await a.postEvent(id, { type: "user_message", data: { text: "stop me please" } });
+  assert.equal(r1.status, 202, JSON.stringify(r1.body));
+  const turn = `${r1.body.epoch}-${r1.body.seq}`;
+  await eb.until((items) => items.find((e) => e.type === "delta"), "the first delta");
+
+  // Stop by push on B (the owner is whichever node took the session; the stop is routed).
+  const stopped = await push(chb, "stop", { turn });
+  assert.equal(stopped.status, "ok", JSON.stringify(stopped.response));
+  assert.deepEqual(stopped.response, { stopped: true, turn });
+  const events = await untilTurnEnds(eb);
+  assert.deepEqual(events.map((e) => e.type), ["user_event", "turn_started", "tool_call", "tool_result", "delta", "turn_stopped"]);
+  assert.equal(events.at(-1).payload.data.partial, "You ");
+  const closed = await holdAgent.closes.until((items) => items.find((c) => c.request.session === id), "the agent's request closed");
+  assert.equal(closed.request.turn, turn);
+
+  // The next request tells the agent its turn was stopped.
+  const r2 = await b.postEvent(id, { type: "user_message", data: { text: "again" } });
+  assert.equal(r2.status, 202, JSON.stringify(r2.body));
+  const turn2 = `${r2.body.epoch}-${r2.body.seq}`;
+  const next = await holdAgent.turns.until((items) => items.find((r) => r.request?.session === id && r.request.turn === turn2), "the next request");
+  assert.deepEqual(next.request.history, [
+    { role: "user", content: "stop me please" },
+    { role: "assistant", content: "You ", stopped: true },
+  ]);
+  await eb.until((items) => items.filter((e) => e.type === "delta").length >= 2, "the next turn's first delta");
+  // Stopped over HTTP, through A.
+  const res = await a.request(`/api/sessions/${encodeURIComponent(id)}/turns/${turn2}/stop`, {
+    method: "POST",
+    headers: { Authorization: `Bearer ${a.apiKey}` },
+  });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  assert.deepEqual(res.body, { stopped: true, turn: turn2 });
+  await holdAgent.closes.until((items) => items.find((c) => c.request.session === id && c.request.turn === turn2), "the next request closed");
+  assert.equal((await untilTurnEnds(eb, events.length)).at(-1).type, "turn_stopped");
+}));
+
+test("AGENT=http: the agent asks; clients see the interrupt; a push resume answers; the continuation request carries the value and streams", withLogs(async (t) => {
+  const [a, b] = gws;
+  const id = uniqueId("chat-");
+  const sb = await openSocket(t, b);
+  const chb = sb.channel(`session:${id}`, {});
+  const eb = record(chb, `socket on ${b.nodeName}`);
+  assert.equal((await join(chb)).status, "ok");
+
+  const r1 = await a.postEvent(id, { type: "user_message", data: { text: "ship it", ask: true } });
+  assert.equal(r1.status, 202, JSON.stringify(r1.body));
+  const turn = `${r1.body.epoch}-${r1.body.seq}`;
+  const iv = (await eb.until((items) => items.find((e) => e.type === "interrupt"), "the interrupt")).payload.data;
+  const payload = { question: "Stream this reply?", choices: ["approve", "deny"], text: "ship it" };
+  assert.deepEqual(iv, { id: `ask-${turn}`, kind: "approval", payload, turn: { epoch: r1.body.epoch, seq: r1.body.seq } });
+
+  const answered = await push(chb, "resume", { interrupt: iv.id, value: "approve" });
+  assert.equal(answered.status, "ok", JSON.stringify(answered.response));
+  const events = await eb.until((items) => (items.some((e) => e.type === "turn_completed") ? items : null), "the continuation's turn_completed");
+  assert.equal(
+    events.map((e) => e.type).join(" "),
+    "user_event turn_started interrupt user_event turn_started delta delta delta delta message turn_completed",
+  );
+  assert.equal(events.find((e) => e.type === "message").payload.data.content, "You said: ship it ");
+
+  const reqs = agent.turns.items.filter((r) => r.request?.session === id);
+  assert.equal(reqs.length, 2, JSON.stringify(reqs));
+  assert.equal(reqs[0].request.answer, undefined);
+  const cont = reqs[1].request;
+  assert.deepEqual(cont.input, { type: "resume", data: { interrupt: iv.id, value: "approve" } });
+  const info = { id: iv.id, kind: "approval", payload, turn };
+  assert.deepEqual(cont.answer, { interrupt: info, value: "approve" });
+  assert.equal(cont.history.length, 2);
+  assert.deepEqual(cont.history[0], { role: "user", content: "ship it" });
+  assert.equal(cont.history[1].role, "interrupt");
+  assert.deepEqual(cont.history[1].interrupt, info);
+
+  // A second answer is refused; nothing reaches the agent.
+  const again = await push(chb, "resume", { interrupt: iv.id, value: "deny" });
+  assert.equal(again.status, "error");
+  assert.equal(again.response.reason, "interrupt_answered");
+  assert.equal(agent.turns.items.filter((r) => r.request?.session === id).length, 2);
 }));
 
 test("AGENT=http: draining the owner mid-turn closes the agent's request; the other node resumes the turn", withLogs(async (t) => {

@@ -142,3 +142,34 @@ test("double texting: reject answers 409 with the running turn; interrupt stops 
     ],
   );
 });
+
+test("double texting per session: the first event's multitask is the session's mode; later events follow it or name their own", async (t) => {
+  const id = uniqueId("dts-");
+  const socket = await openSocket(t, gw);
+  const ch = socket.channel(`session:${id}`, FROM_START);
+  const inbox = recordEvents(ch);
+  assert.equal((await join(ch)).status, "ok");
+
+  const first = await gw.postEvent(id, { data: { text: "one two" }, multitask: "reject" });
+  assert.equal(first.status, 202, JSON.stringify(first.body));
+  await firstDelta(inbox, 0);
+  const turn = `${first.body.epoch}-${first.body.seq}`;
+
+  // No multitask: the session's mode, reject.
+  const plain = await gw.postEvent(id, { data: { text: "ignored" } });
+  assert.equal(plain.status, 409, JSON.stringify(plain.body));
+  assert.equal(plain.body.error, "session_busy_turn");
+  assert.equal(plain.body.turn, turn);
+  const byPush = await push(ch, "message", { data: { text: "ignored" } });
+  assert.equal(byPush.status, "error");
+  assert.equal(byPush.response.reason, "session_busy_turn");
+
+  // Its own multitask wins for that event alone.
+  const queued = await gw.postEvent(id, { data: { text: "three" }, multitask: "enqueue" });
+  assert.equal(queued.status, 202, JSON.stringify(queued.body));
+  const again = await gw.postEvent(id, { data: { text: "ignored" } });
+  assert.equal(again.status, 409, JSON.stringify(again.body));
+  const stopped = await stopTurn(id, turn);
+  assert.deepEqual(stopped.body, { stopped: true, turn });
+  await inbox.until((items) => items.some((e) => e.type === "turn_completed"), "the queued event's turn");
+});

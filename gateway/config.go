@@ -83,7 +83,7 @@ type Config struct {
 	AgentMaxEventBytes int           `name:"agent-max-event-bytes" env:"AGENT_MAX_EVENT_BYTES" default:"65536" help:"Largest event in an agent's response stream; larger fails the turn."`
 	AgentMaxReplyBytes int           `name:"agent-max-reply-bytes" env:"AGENT_MAX_REPLY_BYTES" default:"1048576" help:"Largest whole reply (all event data of a turn); larger fails the turn."`
 
-	DoubleTexting string `name:"double-texting" env:"DOUBLE_TEXTING" default:"enqueue" enum:"enqueue,reject,interrupt" help:"What an event without a multitask field does while a turn runs: enqueue, reject (409 session_busy_turn) or interrupt (stop the running turn)."`
+	DoubleTexting string `name:"double-texting" env:"DOUBLE_TEXTING" default:"enqueue" enum:"enqueue,reject,interrupt" help:"What an event without a multitask field does while a turn runs, in a session whose first event named none: enqueue, reject (409 session_busy_turn) or interrupt (stop the running turn)."`
 }
 
 // DefaultConfig returns the defaults of docs/OWNERSHIP.md "Defaults".

@@ -58,6 +58,9 @@ type actor struct {
 	journal *journal
 	// wait is the session's newest interrupt (nil: none known).
 	wait *waitState
+	// mode is the session's double-texting mode, set by its first input
+	// ("": Config.DoubleTexting).
+	mode string
 
 	mu   sync.Mutex // guards view
 	view actorView
@@ -275,6 +278,9 @@ func (a *actor) thaw() error {
 		return fmt.Errorf("session: thaw %q: %w: %w", a.id, ErrStoreUnavailable, err)
 	}
 	a.seq = th.Seq
+	if ValidMultitask(th.DoubleTexting) {
+		a.mode = th.DoubleTexting
+	}
 	a.history = make([]Message, 0, len(th.History))
 	for _, m := range th.History {
 		a.history = append(a.history, m.Message)

@@ -96,10 +96,19 @@ func (a *actor) accept(req *submitReq) {
 		}
 	}
 	// Double texting (docs/OWNERSHIP.md "Turn control"): the mode is
-	// applied here and not stored with the input.
+	// applied here and not stored with the input. The session's first
+	// input, which no turn can be running for, sets the session's mode
+	// instead, stored with its inbox write.
 	mode := in.Multitask
 	if mode == "" {
+		mode = a.mode
+	}
+	if mode == "" {
 		mode = a.m.cfg.DoubleTexting
+	}
+	setMode := ""
+	if a.seq == 0 && a.mode == "" {
+		setMode = in.Multitask
 	}
 	in.Multitask = ""
 	running := a.turn != nil && !a.turn.stopped && a.turn.ctx.Err() == nil
@@ -119,7 +128,7 @@ func (a *actor) accept(req *submitReq) {
 	}
 	p := pendingInput{Input: in, Epoch: a.epoch, Seq: a.seq + 1}
 	a.m.tr.Emit("session.inbox.write", "owner", a.m.cfg.Owner, "session", a.id, "epoch", p.Epoch, "seq", p.Seq)
-	err = a.writeInbox(InboxEntry{Epoch: p.Epoch, Seq: p.Seq, Input: in, BodyHash: hash})
+	err = a.writeInbox(InboxEntry{Epoch: p.Epoch, Seq: p.Seq, Input: in, BodyHash: hash, DoubleTexting: setMode})
 	switch {
 	case errors.Is(err, ErrOutcomeUnknown):
 		a.m.stats.inboxErrors.Add(1)
@@ -138,6 +147,10 @@ func (a *actor) accept(req *submitReq) {
 		return
 	}
 	a.keys.add(keyEntry{Key: in.IdempotencyKey, Pos: p.pos(), Hash: hash, Expires: a.m.clock.Now().Add(a.m.cfg.IdempotencyTTL)})
+	if setMode != "" {
+		a.mode = setMode
+		a.m.tr.Emit("session.double_texting.set", "owner", a.m.cfg.Owner, "session", a.id, "mode", setMode)
+	}
 	a.pending = append(a.pending, p)
 	// The input is durable from here: whatever happens to this actor, it
 	// runs (here, or on the owner that thaws the inbox next), so the answer

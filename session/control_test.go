@@ -238,3 +238,74 @@ func TestStopAfterTakeoverStopsResumedTurn(t *testing.T) {
 		waitFor(t, tr, trace.Kind("session.fenced", "owner", "a/1"), 1)
 	})
 }
+
+// A session's first input sets its double-texting mode (its own multitask,
+// which no running turn can apply to): a later input without multitask
+// follows it, one with multitask overrides it for itself, and the mode is
+// durable: the next owner applies it too. A later input's multitask sets
+// nothing for the session.
+func TestDoubleTextingSetByFirstInput(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfgA, _, _ := testConfig(st, "a/1", tr)
+		ba := newBlockAgent()
+		cfgA.Agent = ba
+		a := NewManager(cfgA)
+		defer a.Close()
+		ctx := context.Background()
+
+		first := textInput("one", "")
+		first.Multitask = MultitaskReject
+		acc, err := a.Accept(ctx, "s1", first)
+		if err != nil {
+			t.Fatalf("first input: %v", err)
+		}
+		<-ba.started
+		var busy *TurnBusyError
+		if _, err := a.Accept(ctx, "s1", textInput("two", "")); !errors.As(err, &busy) || busy.Turn != acc.Pos() {
+			t.Fatalf("input without multitask while a turn runs: %v, want TurnBusyError naming %v (the session's mode)", err, acc.Pos())
+		}
+		queued := textInput("three", "")
+		queued.Multitask = MultitaskEnqueue
+		if _, err := a.Accept(ctx, "s1", queued); err != nil {
+			t.Fatalf("input with multitask enqueue: %v", err)
+		}
+
+		// Another session: its first input names no mode; a later one's
+		// multitask is for itself only.
+		submit(t, a, "s2", "one")
+		<-ba.started
+		rejecting := textInput("two", "")
+		rejecting.Multitask = MultitaskReject
+		if _, err := a.Accept(ctx, "s2", rejecting); !errors.Is(err, ErrTurnBusy) {
+			t.Fatalf("s2 input with multitask reject: %v, want ErrTurnBusy", err)
+		}
+		submit(t, a, "s2", "three") // the default, enqueue
+
+		// The next owner thaws the mode with the session.
+		a.Close()
+		st.advance(t, cfgA.LeaseTTL+time.Second)
+		cfgB, _, _ := testConfig(st, "b/1", tr)
+		bb := newBlockAgent()
+		cfgB.Agent = bb
+		b := startManager(t, cfgB)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if _, err := b.Recover(rctx, 10); err != nil {
+			t.Fatalf("recover: %v", err)
+		}
+		running := map[string]Position{}
+		for range 2 {
+			turn := <-bb.started
+			running[turn.Session] = turn.ID
+		}
+		if _, err := b.Accept(ctx, "s1", textInput("four", "")); !errors.As(err, &busy) || busy.Turn != running["s1"] {
+			t.Fatalf("s1 input on the next owner: %v, want TurnBusyError naming %v", err, running["s1"])
+		}
+		if _, err := b.Accept(ctx, "s2", textInput("four", "")); err != nil {
+			t.Fatalf("s2 input on the next owner: %v, want it enqueued", err)
+		}
+		close(bb.release)
+	})
+}

@@ -79,8 +79,9 @@ type Config struct {
 	// agent returns ends the turn at once (turn_failed) whatever the count.
 	MaxTurnAttempts int
 	// DoubleTexting is what an input without Input.Multitask does while a
-	// turn runs: MultitaskEnqueue (default), MultitaskReject or
-	// MultitaskInterrupt (docs/OWNERSHIP.md "Turn control").
+	// turn runs, in a session whose first input named no mode:
+	// MultitaskEnqueue (default), MultitaskReject or MultitaskInterrupt
+	// (docs/OWNERSHIP.md "Turn control").
 	DoubleTexting string
 	// StoreTimeout bounds every session store call, log append, publish
 	// and lease release the actor makes. Default 5 s.

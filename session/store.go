@@ -96,7 +96,9 @@ type SessionStore interface {
 	// at the same position, so a repeated write is harmless), raises the
 	// stored seq to in's seq and, when in has an idempotency key, records it
 	// (replacing an entry of the same key); keys older than keyTTL are
-	// pruned on the way. The session must have been thawed at epoch. An
+	// pruned on the way. When in.DoubleTexting is set and the session has
+	// no double-texting mode yet, it becomes the session's (set once, never
+	// changed by a later Accept). The session must have been thawed at epoch. An
 	// error wrapping ErrOutcomeUnknown may have landed.
 	Accept(ctx context.Context, key string, epoch int64, in InboxEntry, keyTTL time.Duration) error
 	// CompleteTurn fences key at epoch, raises the stored seq to t.Seq and,
@@ -142,6 +144,9 @@ type Thawed struct {
 	Inbox     []InboxEntry    // oldest first
 	History   []StoredMessage // the newest HistoryWindow messages, oldest first
 	Keys      []KeyRecord     // oldest first
+	// DoubleTexting is the session's double-texting mode, set by its first
+	// input (InboxEntry.DoubleTexting); "" when none was set.
+	DoubleTexting string
 }
 
 // InboxEntry is one accepted input: its user_event's position, its
@@ -154,6 +159,10 @@ type InboxEntry struct {
 	Input    Input
 	BodyHash [32]byte
 	Attempts int
+	// DoubleTexting, when not "", is a double-texting mode Accept makes the
+	// session's if it has none yet (the session's first input names it). It
+	// is not part of the entry: Thaw and Read return entries without it.
+	DoubleTexting string
 }
 
 // Pos returns the position of the entry's user_event.

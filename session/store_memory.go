@@ -22,6 +22,7 @@ type MemorySessionStore struct {
 
 type memSession struct {
 	epoch, seq int64
+	mode       string // the double-texting mode ("": none set)
 	inbox      []InboxEntry
 	history    []StoredMessage
 	keys       map[string]memKey
@@ -72,7 +73,7 @@ func (s *MemorySessionStore) Thaw(ctx context.Context, key string, epoch int64, 
 	if err != nil {
 		return Thawed{}, err
 	}
-	th := Thawed{FromEpoch: from, Seq: r.seq, Inbox: slices.Clone(r.inbox)}
+	th := Thawed{FromEpoch: from, Seq: r.seq, Inbox: slices.Clone(r.inbox), DoubleTexting: r.mode}
 	if n := min(q.HistoryWindow, len(r.history)); n > 0 {
 		th.History = slices.Clone(r.history[len(r.history)-n:])
 	}
@@ -104,6 +105,10 @@ func (s *MemorySessionStore) Accept(ctx context.Context, key string, epoch int64
 	}
 	in.Input.Data = slices.Clone(in.Input.Data)
 	in.Attempts = 0
+	if r.mode == "" {
+		r.mode = in.DoubleTexting
+	}
+	in.DoubleTexting = ""
 	if i := slices.IndexFunc(r.inbox, func(e InboxEntry) bool { return e.Pos() == in.Pos() }); i >= 0 {
 		in.Attempts = r.inbox[i].Attempts
 		r.inbox[i] = in

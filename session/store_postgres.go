@@ -14,7 +14,7 @@ import (
 )
 
 // PostgresSessionStore is the cluster SessionStore, on the tables of
-// migrations/00003 and 00004 (session_state, session_inbox, session_history,
+// migrations/00003 to 00006 (session_state, session_inbox, session_history,
 // session_keys). Every write is ONE statement whose first step is the fence
 // (an UPDATE of the session_state row that lands only if the stored epoch
 // is not ahead of the writer's); the other steps read the fence's row, so a
@@ -39,7 +39,7 @@ INSERT INTO session_state AS s (key, epoch, seq, history_n, updated_at)
 VALUES ($1, $2, 0, 0, now())
 ON CONFLICT (key) DO UPDATE SET epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at
 WHERE s.epoch <= EXCLUDED.epoch
-RETURNING s.seq, COALESCE((SELECT epoch FROM old), 0)`
+RETURNING s.seq, COALESCE((SELECT epoch FROM old), 0), s.double_texting`
 
 const inboxSQL = `SELECT epoch, seq, idem_key, body_hash, input_type, input_data, attempts FROM session_inbox WHERE key = $1 ORDER BY epoch, seq`
 
@@ -56,10 +56,12 @@ ORDER BY accepted_at DESC LIMIT $3`
 
 // acceptSQL: $1 key, $2 writer epoch, $3 input epoch, $4 input seq,
 // $5 idempotency key, $6 body hash, $7 input type, $8 input data (JSON
-// bytes, stored as they are), $9 key retention.
+// bytes, stored as they are), $9 key retention, $10 the double-texting
+// mode to set if the session has none (an empty one sets nothing).
 const acceptSQL = `
 WITH f AS (
-    UPDATE session_state SET epoch = $2, seq = GREATEST(seq, $4::bigint), updated_at = now()
+    UPDATE session_state SET epoch = $2, seq = GREATEST(seq, $4::bigint), updated_at = now(),
+        double_texting = CASE WHEN double_texting = '' THEN $10::text ELSE double_texting END
     WHERE key = $1 AND epoch <= $2
     RETURNING key),
 i AS (
@@ -119,7 +121,7 @@ const stateSQL = `SELECT epoch, seq, history_n FROM session_state WHERE key = $1
 // write of an older epoch is fenced.
 func (s *PostgresSessionStore) Thaw(ctx context.Context, key string, epoch int64, q ThawQuery) (Thawed, error) {
 	var th Thawed
-	err := s.pool.QueryRow(ctx, thawFenceSQL, key, epoch).Scan(&th.Seq, &th.FromEpoch)
+	err := s.pool.QueryRow(ctx, thawFenceSQL, key, epoch).Scan(&th.Seq, &th.FromEpoch, &th.DoubleTexting)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Thawed{}, fmt.Errorf("session: thaw %q epoch %d: %w", key, epoch, ErrFenced)
 	}
@@ -173,7 +175,7 @@ func (s *PostgresSessionStore) Accept(ctx context.Context, key string, epoch int
 	}
 	var n int64
 	err := s.pool.QueryRow(ctx, acceptSQL, key, epoch, in.Epoch, in.Seq, in.Input.IdempotencyKey, hash,
-		[]byte(in.Input.Type), data, keyTTL).Scan(&n)
+		[]byte(in.Input.Type), data, keyTTL, in.DoubleTexting).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("session: accept %q at %d-%d: %w", key, in.Epoch, in.Seq, writeErr(err))
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/relaygw/relay/session"
@@ -32,6 +33,10 @@ const (
 	stepMessage                 // the final message: the turn ends with text as the reply
 	stepError                   // the agent reports an error: the turn fails
 	stepDone                    // the stream's end: the reply is the concatenated deltas
+	// stepInterrupt: the agent ends the turn with a question; data is the
+	// interrupt {"id","kind","payload","expires_at"?} (checked by
+	// checkInterrupt), emitted as session.TypeInterrupt.
+	stepInterrupt
 )
 
 // ErrProtocol is matched (errors.Is) by every error about a stream that
@@ -56,7 +61,8 @@ const maxTypeLen = 64
 func reservedType(typ string) bool {
 	switch typ {
 	case session.TypeUserEvent, session.TypeTurnStarted, session.TypeTurnResumed,
-		session.TypeTurnCompleted, session.TypeTurnFailed:
+		session.TypeTurnCompleted, session.TypeTurnFailed, session.TypeTurnStopped,
+		session.TypeInterruptExpired:
 		return true
 	}
 	return strings.HasPrefix(typ, "phx_") || strings.HasPrefix(typ, "presence_") || strings.HasPrefix(typ, "replay_")
@@ -130,7 +136,7 @@ func (d *decoder) relayEvent(typ string, data json.RawMessage) (step, error) {
 		data = json.RawMessage(`{}`)
 	}
 	switch typ {
-	case "delta", "message", "error", "done": // the protocol's own types
+	case "delta", "message", "error", "done", session.TypeInterrupt: // the protocol's own types
 	default:
 		if err := checkType(typ); err != nil {
 			return step{}, err
@@ -160,6 +166,12 @@ func (d *decoder) relayEvent(typ string, data json.RawMessage) (step, error) {
 		return step{kind: stepError, text: errorText(data)}, nil
 	case "done":
 		return step{kind: stepDone}, nil
+	case session.TypeInterrupt:
+		iv, err := checkInterrupt(data)
+		if err != nil {
+			return step{}, err
+		}
+		return step{kind: stepInterrupt, typ: session.TypeInterrupt, data: iv}, nil
 	}
 	return step{kind: stepEmit, typ: typ, data: data}, nil
 }
@@ -241,6 +253,37 @@ func (d *decoder) aiSDKChunk(typ string, raw json.RawMessage) (step, error) {
 	// types of later protocol versions carry nothing clients need from
 	// Relay: skipped.
 	return step{}, nil
+}
+
+// maxKindLen bounds an interrupt's kind, in bytes.
+const maxKindLen = 64
+
+// checkInterrupt checks the data of an interrupt event:
+// {"id":string,"kind":string,"payload":any?,"expires_at":RFC3339?}. id is
+// 1 to 128 characters of [A-Za-z0-9_.:-]; kind is 1 to 64 bytes. It
+// returns the interrupt re-encoded with these four fields alone (other
+// fields, "turn" included, are dropped: Relay sets the turn).
+func checkInterrupt(data json.RawMessage) (json.RawMessage, error) {
+	var v struct {
+		ID        *string         `json:"id"`
+		Kind      *string         `json:"kind"`
+		Payload   json.RawMessage `json:"payload,omitempty"`
+		ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, protoErr("an interrupt event needs data {\"id\": string, \"kind\": string, \"payload\"?: any, \"expires_at\"?: RFC 3339 time}: %v", err)
+	}
+	switch {
+	case v.ID == nil || !session.ValidID(*v.ID):
+		return nil, protoErr("an interrupt event's id must be 1-128 characters of [A-Za-z0-9_.:-], got %q", excerpt(data))
+	case v.Kind == nil || *v.Kind == "" || len(*v.Kind) > maxKindLen:
+		return nil, protoErr("an interrupt event's kind must be a string of 1-%d bytes, got %q", maxKindLen, excerpt(data))
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, protoErr("an interrupt event cannot be re-encoded: %v", err)
+	}
+	return out, nil
 }
 
 // maxTools bounds the tool names remembered for one AI SDK stream.

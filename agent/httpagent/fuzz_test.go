@@ -38,6 +38,14 @@ func checkStep(t *testing.T, s step) {
 		if _, err := json.Marshal(json.RawMessage(s.data)); err != nil {
 			t.Fatalf("emitted data %q cannot be marshalled: %v", s.data, err)
 		}
+	case stepInterrupt:
+		var iv session.Interrupt
+		if err := json.Unmarshal(s.data, &iv); err != nil || !session.ValidID(iv.ID) || iv.Kind == "" || len(iv.Kind) > maxKindLen {
+			t.Fatalf("interrupt data %q is not an interrupt the session takes: %v", s.data, err)
+		}
+		if err := session.ValidateInput(session.Input{Type: s.typ, Data: s.data}); err != nil {
+			t.Fatalf("interrupt data %q cannot be stored: %v", s.data, err)
+		}
 	case stepNone, stepMessage, stepError, stepDone:
 	default:
 		t.Fatalf("unknown step kind %d", s.kind)
@@ -87,6 +95,7 @@ func FuzzSSE(f *testing.F) {
 	f.Add([]byte("data: {\"type\":\"delta\",\"data\":{\"text\":\"a\"}}\n\nevent: tool_call\ndata: {\"id\":1}\r\n\r\n: c\rdata: [DONE]\r\r"))
 	f.Add([]byte("event: message\ndata: {\"content\":\"x\"}\n\nevent: turn_failed\ndata: {}\n\n"))
 	f.Add([]byte("data: {\"type\":\"status\",\"data\":{\"n\":1e999999,\"s\":\"\\ud800\"}}\n\n"))
+	f.Add([]byte("event: interrupt\ndata: {\"id\":\"a-1\",\"kind\":\"approval\",\"payload\":{\"c\":[1]},\"expires_at\":\"2100-01-01T00:00:00Z\",\"turn\":7}\n\n"))
 	addAISDKSeed(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		drain(t, newSSEReader(bytes.NewReader(b), fuzzMaxEvent), false)
@@ -98,6 +107,7 @@ func FuzzSSE(f *testing.F) {
 func FuzzNDJSON(f *testing.F) {
 	f.Add([]byte("{\"type\":\"delta\",\"data\":{\"text\":\"a\"}}\r\n\n{\"type\":\"x.y-z\",\"data\":null}\n{\"type\":\"done\"}"))
 	f.Add([]byte("{\"type\":\"error\",\"data\":{\"error\":{\"message\":\"m\"}}}\n[1,2]\n\"s\"\n"))
+	f.Add([]byte("{\"type\":\"interrupt\",\"data\":{\"id\":\"x\",\"kind\":\"k\",\"expires_at\":\"10000-01-01T00:00:00Z\"}}\n{\"type\":\"interrupt\",\"data\":{\"id\":\"x\",\"kind\":\"k\",\"payload\":null}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		drain(t, newNDJSONReader(bytes.NewReader(b), fuzzMaxEvent), false)
 	})

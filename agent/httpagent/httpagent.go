@@ -139,12 +139,60 @@ func (a *Agent) Resumable() bool { return true }
 // Request is the JSON body POSTed for a turn (docs/AGENT_PROTOCOL.md
 // "Request").
 type Request struct {
-	Session string            `json:"session"`
-	Turn    string            `json:"turn"` // "<epoch>-<seq>" of the input
-	Attempt int               `json:"attempt"`
-	Input   session.Input     `json:"input"`
-	History []session.Message `json:"history"`
-	Resume  *Resume           `json:"resume,omitempty"`
+	Session string           `json:"session"`
+	Turn    string           `json:"turn"` // "<epoch>-<seq>" of the input
+	Attempt int              `json:"attempt"`
+	Input   session.Input    `json:"input"`
+	History []HistoryMessage `json:"history"`
+	Resume  *Resume          `json:"resume,omitempty"`
+	// Answer is set when the turn is a continuation: its input answers the
+	// interrupt the session was waiting on (docs/AGENT_PROTOCOL.md
+	// "Interrupts").
+	Answer *Answer `json:"answer,omitempty"`
+}
+
+// HistoryMessage is one entry of a request's history:
+//
+//	{"role":"user"|"assistant"|"interrupt","content":string,"stopped"?:true,"interrupt"?:{…},"answer"?:{…}}
+//
+// Role "assistant" with Stopped: a reply cut short by a stop (Content is
+// the partial reply clients saw). Role "interrupt": a turn that ended with
+// a question; Content is the interrupt as stored (JSON text) and Interrupt
+// the same parsed. A "user" message whose input answered the interrupt
+// before it carries Answer (its Content is then the input's data as JSON
+// text).
+type HistoryMessage struct {
+	Role      string             `json:"role"`
+	Content   string             `json:"content"`
+	Stopped   bool               `json:"stopped,omitempty"`
+	Interrupt *InterruptInfo     `json:"interrupt,omitempty"`
+	Answer    *HistoryAnswerInfo `json:"answer,omitempty"`
+}
+
+// InterruptInfo is an interrupt as a request shows it:
+// {"id","kind","payload","expires_at"?,"turn":"<epoch>-<seq>"}. Turn is
+// the id of the turn that asked; Payload is null when the agent sent none.
+type InterruptInfo struct {
+	ID        string          `json:"id"`
+	Kind      string          `json:"kind"`
+	Payload   json.RawMessage `json:"payload"`
+	ExpiresAt *time.Time      `json:"expires_at,omitempty"`
+	Turn      string          `json:"turn"`
+}
+
+// HistoryAnswerInfo marks a history user message that answered an
+// interrupt: {"interrupt":"<id>","value":any}.
+type HistoryAnswerInfo struct {
+	Interrupt string          `json:"interrupt"`
+	Value     json.RawMessage `json:"value"`
+}
+
+// Answer is the answer a continuation turn resumes from: the interrupt it
+// answers and the client's value (any JSON; null when the client sent
+// none).
+type Answer struct {
+	Interrupt InterruptInfo   `json:"interrupt"`
+	Value     json.RawMessage `json:"value"`
 }
 
 // Resume is the resume information of a resumed turn.
@@ -200,8 +248,14 @@ func (e errTurnTimeout) Error() string {
 // Before the first event a failed try (connection error, 5xx, 408, 429, a
 // stream broken before any event) is retried with backoff within
 // RetryBudget; after it, a broken stream ends the run with an error (the
-// turn fails; a later owner resumes it with the partial output). Cancelling
-// ctx closes the request.
+// turn fails; a later owner resumes it with the partial output).
+//
+// Cancelling ctx closes the request at once (the agent sees its client
+// disconnect) and Run returns context.Cause(ctx): session.ErrTurnStopped
+// for a stop, the fence or shutdown cause otherwise. An interrupt event
+// is emitted as session.TypeInterrupt and ends the run (nil error, the
+// reply so far as the message; the session records the interrupt), and
+// the response is closed unread past it.
 func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, a.cfg.TurnTimeout, errTurnTimeout{a.cfg.TurnTimeout})
 	defer cancel()
@@ -255,10 +309,7 @@ func (a *Agent) fail(turn session.Turn, try int, err error) {
 }
 
 func (a *Agent) request(turn session.Turn) Request {
-	req := Request{Session: turn.Session, Turn: turn.ID.String(), Attempt: max(turn.Attempt, 1), Input: turn.Input, History: turn.History}
-	if req.History == nil {
-		req.History = []session.Message{}
-	}
+	req := Request{Session: turn.Session, Turn: turn.ID.String(), Attempt: max(turn.Attempt, 1), Input: turn.Input, History: history(turn.History)}
 	if len(req.Input.Data) == 0 {
 		req.Input.Data = json.RawMessage(`{}`)
 	}
@@ -268,7 +319,44 @@ func (a *Agent) request(turn session.Turn) Request {
 			req.Resume.Events = []session.Event{}
 		}
 	}
+	if a := turn.Answer; a != nil {
+		req.Answer = &Answer{Interrupt: interruptInfo(a.Interrupt), Value: orNull(a.Value)}
+	}
 	return req
+}
+
+func interruptInfo(iv session.Interrupt) InterruptInfo {
+	return InterruptInfo{ID: iv.ID, Kind: iv.Kind, Payload: orNull(iv.Payload), ExpiresAt: iv.ExpiresAt, Turn: iv.Turn.String()}
+}
+
+// history maps a turn's history to the request's: an interrupt entry gets
+// its parsed interrupt, and the first later user message that answers it
+// (its content a resume input's data {"interrupt":id,"value"}) gets the
+// answer. Never nil.
+func history(h []session.Message) []HistoryMessage {
+	out := make([]HistoryMessage, len(h))
+	var last *InterruptInfo // the newest interrupt not yet answered
+	for i, m := range h {
+		out[i] = HistoryMessage{Role: m.Role, Content: m.Content, Stopped: m.Stopped}
+		switch m.Role {
+		case session.RoleInterrupt:
+			var iv session.Interrupt
+			if json.Unmarshal([]byte(m.Content), &iv) == nil {
+				info := interruptInfo(iv)
+				out[i].Interrupt, last = &info, &info
+			}
+		case "user":
+			var d struct {
+				Interrupt string          `json:"interrupt"`
+				Value     json.RawMessage `json:"value"`
+			}
+			if last != nil && json.Unmarshal([]byte(m.Content), &d) == nil && d.Interrupt == last.ID {
+				out[i].Answer = &HistoryAnswerInfo{Interrupt: d.Interrupt, Value: orNull(d.Value)}
+				last = nil
+			}
+		}
+	}
+	return out
 }
 
 // retryable marks an error of a try that may be retried if it happened
@@ -370,6 +458,16 @@ func (a *Agent) stream(ctx context.Context, fr frameReader, dec *decoder, turn s
 		case stepMessage:
 			return session.Message{Role: "assistant", Content: s.text}, true, nil
 		case stepDone:
+			return session.Message{Role: "assistant", Content: reply.String()}, true, nil
+		case stepInterrupt:
+			// The turn ends with the question; the response is closed
+			// unread past it.
+			if err := emit(ctx, s.typ, s.data); err != nil {
+				if ctx.Err() != nil {
+					return session.Message{}, true, context.Cause(ctx)
+				}
+				return session.Message{}, true, fmt.Errorf("httpagent: emit %q: %w", s.typ, err)
+			}
 			return session.Message{Role: "assistant", Content: reply.String()}, true, nil
 		case stepError:
 			return session.Message{}, true, fmt.Errorf("httpagent: the agent reported an error: %s", s.text)

@@ -71,7 +71,7 @@ func TestTurnStreamsEventsAndMessage(t *testing.T) {
 			var in struct{ Text string }
 			json.Unmarshal(r.Req.Input.Data, &in)
 			h := r.Req.History
-			if r.Req.Input.Type != "user_message" || in.Text != "again" || len(h) != 2 || h[0] != (session.Message{Role: "user", Content: "hi"}) || h[1] != (session.Message{Role: "assistant", Content: "Hello"}) {
+			if r.Req.Input.Type != "user_message" || in.Text != "again" || len(h) != 2 || h[0] != (HistoryMessage{Role: "user", Content: "hi"}) || h[1] != (HistoryMessage{Role: "assistant", Content: "Hello"}) {
 				t.Fatalf("request input %+v history %+v", r.Req.Input, h)
 			}
 		})

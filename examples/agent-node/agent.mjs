@@ -8,7 +8,16 @@
 //
 // The reply is "You said: <input text>" (or a note when the input has no text). A resumed turn
 // (request.resume) skips the words the partial text already holds and repeats neither the
-// tool call nor its result. The agent stops a turn's work when Relay closes the request.
+// tool call nor its result. The agent stops a turn's work when Relay closes the request (a
+// stop, a fence, a drain or a shutdown: the next request's history tells a stop apart, with the
+// partial reply marked "stopped":true).
+//
+// Human approval: an input {"text":…,"ask":true} ends the turn with a question instead:
+//
+//   interrupt   {"id":"ask-<turn>","kind":"approval","payload":{"question","choices":["approve","deny"],"text"}}
+//
+// and its continuation (request.answer) streams "You said: <text>" word by word when the
+// answer's value is "approve", else the message "(not approved)", without a tool call.
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { createServer } from "node:http";
 
@@ -43,8 +52,16 @@ export function verify(secret, headers, body, nowSeconds = Math.floor(Date.now()
   return null;
 }
 
-/** The reply's words for a turn request. */
+/** The kind of the example agent's interrupts. */
+export const APPROVAL = "approval";
+
+/** The reply's words for a turn request (a continuation: for its answer). */
 function replyWords(req) {
+  if (req.answer) {
+    const text = req.answer.interrupt?.payload?.text;
+    const reply = req.answer.value === "approve" && typeof text === "string" && text.trim() ? `You said: ${text.trim()}` : "(not approved)";
+    return reply.split(/\s+/).filter(Boolean);
+  }
   const text = typeof req.input?.data?.text === "string" ? req.input.data.text.trim() : "";
   const reply = text ? `You said: ${text}` : `I got a ${req.input?.type ?? "?"} event without text.`;
   return reply.split(/\s+/).filter(Boolean);
@@ -69,10 +86,11 @@ const sleep = (ms, signal) =>
  * @param {object} opts
  * @param {string} opts.secret AGENT_SECRET, shared with Relay
  * @param {"sse"|"ndjson"} [opts.format] response format (default sse)
- * @param {number} [opts.delayMs] pause between deltas (default 0)
+ * @param {number} [opts.delayMs] pause between deltas (default 0; the first delta is not delayed)
  * @param {(turn: {request: object, idempotencyKey: string, signature: string|null}) => void} [opts.onTurn]
  *   called for every request that passed verification (signature: null) or failed it (the reason)
- * @param {(turn: {request: object}) => void} [opts.onClose] called when Relay closed a request early
+ * @param {(turn: {request: object}) => void} [opts.onClose] called when Relay closed a request before
+ *   the agent ended its response (a stop, a fence, a drain, a shutdown)
  */
 export function createAgent({ secret, format = "sse", delayMs = 0, onTurn = () => {}, onClose = () => {} }) {
   if (!secret) throw new Error("createAgent: secret (AGENT_SECRET) is required");
@@ -101,10 +119,16 @@ export function createAgent({ secret, format = "sse", delayMs = 0, onTurn = () =
       return;
     }
 
-    // Relay closes the request when the turn is cancelled (fence, shutdown, drain).
+    // Relay closes the request when the turn is cancelled (a stop, a fence, a drain, a
+    // shutdown). After the agent's own end (message, interrupt) a close is no news.
     const stop = new AbortController();
+    let ended = false;
+    const end = () => {
+      ended = true;
+      res.end();
+    };
     res.on("close", () => {
-      if (!res.writableFinished) {
+      if (!ended && !res.writableFinished) {
         stop.abort();
         onClose({ request });
       }
@@ -119,21 +143,32 @@ export function createAgent({ secret, format = "sse", delayMs = 0, onTurn = () =
       "Cache-Control": "no-cache",
     });
 
+    if (!request.answer && request.input?.data?.ask === true) {
+      const text = typeof request.input.data.text === "string" ? request.input.data.text : "";
+      send("interrupt", {
+        id: `ask-${request.turn}`,
+        kind: APPROVAL,
+        payload: { question: "Stream this reply?", choices: ["approve", "deny"], text },
+      });
+      end(); // the turn ends with the question; Relay reads nothing after it
+      return;
+    }
+
     const words = replyWords(request);
     const partial = request.resume?.text ?? "";
     const done = partial.split(/\s+/).filter(Boolean).length;
-    if (!request.resume) {
+    if (!request.resume && !request.answer) {
       const id = `call_${request.turn}`;
       const text = request.input?.data?.text ?? "";
       send("tool_call", { id, name: "word_count", input: { text } });
       send("tool_result", { id, name: "word_count", output: { words: text.split(/\s+/).filter(Boolean).length } });
     }
-    for (const w of words.slice(done)) {
-      await sleep(delayMs, stop.signal);
+    for (const [i, w] of words.slice(done).entries()) {
+      if (i > 0) await sleep(delayMs, stop.signal);
       if (stop.signal.aborted) return;
       send("delta", { text: `${w} ` });
     }
     send("message", { content: words.map((w) => `${w} `).join("") });
-    res.end();
+    end();
   });
 }

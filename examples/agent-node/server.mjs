@@ -2,7 +2,7 @@
 //   AGENT_SECRET  shared secret (required; the gateway's AGENT_SECRET)
 //   PORT          listen port on 127.0.0.1 (default 8787)
 //   AGENT_FORMAT  sse (default) or ndjson
-//   AGENT_DELAY_MS pause between deltas (default 50)
+//   AGENT_DELAY_MS pause between deltas (default 50; the first delta comes at once)
 import { createAgent } from "./agent.mjs";
 
 const secret = process.env.AGENT_SECRET;
@@ -16,7 +16,7 @@ const server = createAgent({
   format: process.env.AGENT_FORMAT === "ndjson" ? "ndjson" : "sse",
   delayMs: Number(process.env.AGENT_DELAY_MS ?? 50),
   onTurn: ({ request, signature }) =>
-    console.log(JSON.stringify({ msg: "turn", session: request?.session, turn: request?.turn, attempt: request?.attempt, refused: signature })),
+    console.log(JSON.stringify({ msg: "turn", session: request?.session, turn: request?.turn, attempt: request?.attempt, answers: request?.answer?.interrupt?.id, refused: signature })),
   onClose: ({ request }) => console.log(JSON.stringify({ msg: "closed by relay", session: request.session, turn: request.turn })),
 });
 server.listen(port, "127.0.0.1", () => console.log(JSON.stringify({ msg: "agent listening", url: `http://127.0.0.1:${port}/` })));

@@ -127,6 +127,38 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		}
 	})
 
+	t.Run("DoubleTextingSetOnceByAccept", func(t *testing.T) {
+		s := newFixture(t).Store
+		if th := mustThaw(t, s, "k", 1, window); th.DoubleTexting != "" {
+			t.Fatalf("a new session's mode = %q, want none", th.DoubleTexting)
+		}
+		one := entry(1, 1, "one", "")
+		one.DoubleTexting = session.MultitaskReject
+		mustAccept(t, s, "k", 1, one)
+		two := entry(1, 2, "two", "")
+		two.DoubleTexting = session.MultitaskInterrupt
+		mustAccept(t, s, "k", 1, two)
+		// A stale writer sets nothing.
+		mustThaw(t, s, "k", 2, window)
+		stale := entry(1, 3, "three", "")
+		stale.DoubleTexting = session.MultitaskEnqueue
+		if err := s.Accept(ctx, "k", 1, stale, time.Hour); !errors.Is(err, session.ErrFenced) {
+			t.Fatalf("stale accept: %v, want ErrFenced", err)
+		}
+		th := mustThaw(t, s, "k", 3, window)
+		if th.DoubleTexting != session.MultitaskReject {
+			t.Fatalf("mode = %q, want %q (the first accept's, kept)", th.DoubleTexting, session.MultitaskReject)
+		}
+		for _, e := range th.Inbox {
+			if e.DoubleTexting != "" {
+				t.Fatalf("inbox entry %v carries the mode %q; it is the session's", e.Pos(), e.DoubleTexting)
+			}
+		}
+		if other := mustThaw(t, s, "other", 1, window); other.DoubleTexting != "" {
+			t.Fatalf("another session's mode = %q, want none", other.DoubleTexting)
+		}
+	})
+
 	t.Run("RepeatedWritesLandOnce", func(t *testing.T) {
 		s := newFixture(t).Store
 		mustThaw(t, s, "k", 1, window)

@@ -451,7 +451,9 @@ class SessionView {
   /** Sends the text as a "message" push, following retry directives. */
   async send(text, { multitask, ask } = {}) {
     const payload = { data: ask ? { text, ask: true } : { text }, idempotency_key: crypto.randomUUID() };
-    if (multitask && multitask !== "enqueue") payload.multitask = multitask;
+    // Always named: the session's first message sets the session's mode, which later
+    // messages without multitask follow (README "Turn control").
+    if (multitask) payload.multitask = multitask;
     notice("");
     const out = await sendWithRetry(() => pushOnce(this.channel, "message", payload), {
       onRetry: ({ afterMs, remainingMs }) =>
