@@ -60,10 +60,12 @@ func newRenewer(a *actor, lapse time.Time) *renewer {
 // any goroutine.
 func (r *renewer) live(now time.Time) bool { return now.UnixNano() < r.until.Load() }
 
-// stop ends the renewer and waits for it. It is safe before run started
-// only if run is started afterwards (run always closes done).
+// stop ends the renewer and waits for it, including a claim in flight
+// (renew), so no renewal lands after stop returns. It is safe before run
+// started only if run is started afterwards (run always closes done).
 func (r *renewer) stop() {
 	r.cancel()
+	r.a.m.tr.Emit("renewer.stopping", "owner", r.a.m.cfg.Owner, "session", r.a.id)
 	<-r.done
 }
 
@@ -98,7 +100,11 @@ func (r *renewer) run() {
 // renew runs one claim begun at start; it reports whether to go on.
 func (r *renewer) renew(start time.Time) bool {
 	a, m := r.a, r.a.m
-	ctx, cancel := context.WithTimeout(r.ctx, r.deadline.Sub(start))
+	// The claim is not cancelled by stop: a cancelled statement can still
+	// be applied by the database after the client gave up on it, and so
+	// extend the lease after the actor's release (hand-back, stand-down).
+	// stop waits for it instead; the lease's deadline bounds it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.deadline.Sub(start))
 	l, err := m.cfg.Leases.Claim(ctx, a.id, m.cfg.Owner, m.cfg.LeaseTTL)
 	cancel()
 	if r.ctx.Err() != nil {

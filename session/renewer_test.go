@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,4 +247,59 @@ func startBlockedTurn(t *testing.T, st *stores) blockedTurn {
 	<-ag.started
 	waitFor(t, tr, trace.Kind("renewer.armed", "session", "s1"), 1)
 	return blockedTurn{tr: tr, cfg: cfg, rec: rec, clk: clk, m: m}
+}
+
+// gatedLeases holds every Claim while armed until gate is closed, then
+// records whether the claim's context had been cancelled meanwhile.
+type gatedLeases struct {
+	LeaseStore
+	armed     atomic.Bool
+	entered   chan struct{}
+	gate      chan struct{}
+	cancelled atomic.Bool
+}
+
+func (g *gatedLeases) Claim(ctx context.Context, key, owner string, ttl time.Duration) (Lease, error) {
+	if g.armed.CompareAndSwap(true, false) {
+		g.entered <- struct{}{}
+		<-g.gate
+		g.cancelled.Store(ctx.Err() != nil)
+	}
+	return g.LeaseStore.Claim(ctx, key, owner, ttl)
+}
+
+// A renewal in flight when its actor retires is waited for, not
+// cancelled: a cancelled statement can still be applied by the database
+// after the client gave up on it, and would extend the lease after the
+// actor's release. Here a drain retires the actor while a renewal is held
+// in the lease store: the renewal's context is still live when it goes
+// through, and the lease is released after it (the next claim elsewhere
+// succeeds at once).
+func TestRenewalInFlightIsNotCancelledByRetirement(t *testing.T) {
+	st := memoryStores()
+	g := &gatedLeases{LeaseStore: st.leases, entered: make(chan struct{}), gate: make(chan struct{})}
+	st.leases = g
+	tr := trace.New()
+	cfg, _, clk := testConfig(st, "a/1", tr)
+	m := startManager(t, cfg)
+	submit(t, m, "s1", "hello")
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("renewer.armed", "owner", "a/1"), 1)
+	g.armed.Store(true)
+	clk.Advance(cfg.RenewEvery)
+	<-g.entered // the renewal is in the lease store
+
+	drained := make(chan error, 1)
+	go func() { drained <- m.Drain(context.Background()) }()
+	waitFor(t, tr, trace.Kind("renewer.stopping", "owner", "a/1"), 1)
+	close(g.gate)
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	if g.cancelled.Load() {
+		t.Fatal("the renewal's context was cancelled by the actor's retirement")
+	}
+	if l, _, err := st.leases.Get(context.Background(), "s1"); err != nil || l.Remaining > 0 {
+		t.Fatalf("lease after the drain = %+v, %v; want it released after the renewal", l, err)
+	}
 }
