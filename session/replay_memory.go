@@ -40,7 +40,7 @@ type MemoryReplayLog struct {
 // whole log. window hides them from every reader.
 type memoryStream struct {
 	events  []Event
-	floor   Position // highest position lost before events[0]
+	floor   Position  // highest position lost before events[0]
 	expires time.Time // zero when the log never expires
 }
 
