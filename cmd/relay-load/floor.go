@@ -28,9 +28,9 @@ import (
 	"github.com/coder/websocket"
 )
 
-// floorPayload is a typical session event push frame (a one-word delta) as
-// the V2 serializer sends it: 165 bytes.
-const floorPayload = `[null,null,"session:load-1764600000-0","event",{"seq":1234,"type":"delta","turn_id":"t-0000000000001","data":{"text":"word "},"at":"2026-12-01T15:20:00.123456789Z"}]`
+// floorPayload is a session event push (a one-word delta) as the V2
+// serializer sends it to a relay-load socket: 176 bytes.
+const floorPayload = `[null,null,"session:load-1764600000-0","delta",{"session":"load-1764600000-0","epoch":1,"seq":1234,"type":"delta","data":{"text":"word"},"at":"2026-12-01T15:20:00.123456789Z"}]`
 
 type floorOptions struct {
 	sockets  int
@@ -47,7 +47,7 @@ func floorMain(args []string) error {
 	fs.IntVar(&o.sockets, "sockets", 10000, "number of loopback WebSockets")
 	fs.IntVar(&o.messages, "messages", 150, "messages written to every socket")
 	fs.Float64Var(&o.rate, "rate", 10, "messages per second (each written to every socket at once)")
-	fs.IntVar(&o.payload, "payload", 0, "payload bytes (0: a typical 165-byte session event push frame)")
+	fs.IntVar(&o.payload, "payload", 0, "payload bytes (0: a 176-byte session event push, a one-word delta)")
 	fs.StringVar(&o.write, "write", "raw", "raw: write(2) on the socket's fd, net.Conn.Write only if the kernel buffer is full; conn: net.Conn.Write")
 	_ = fs.Parse(args)
 	if o.write != "raw" && o.write != "conn" {
