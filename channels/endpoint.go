@@ -245,7 +245,10 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		setUnsentLimit(tc, e.cfg.UnsentBytes)
 	}
 	readDone := make(chan struct{})
-	s, err := e.Attach(context.WithoutCancel(r.Context()), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)
+	// The socket's context starts empty: deriving it from r.Context()
+	// would keep the request's and the connection's contexts (and any
+	// middleware's values) alive for the socket's whole life.
+	s, err := e.Attach(context.Background(), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)
 	if err != nil {
 		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
 		return

@@ -34,10 +34,28 @@ type MemoryReplayLog struct {
 	nextSweep time.Time
 }
 
+// memoryStream is one session's log. events may hold up to trimSlack(maxLen)
+// events older than the newest maxLen: they are trimmed in one copy when the
+// slack is full, so an append costs amortized O(1) instead of a copy of the
+// whole log. window hides them from every reader.
 type memoryStream struct {
 	events  []Event
-	floor   Position
+	floor   Position  // highest position lost before events[0]
 	expires time.Time // zero when the log never expires
+}
+
+// trimSlack is how many events beyond maxLen a log holds before it is
+// trimmed back to maxLen: a quarter of maxLen (at least 1), so trimming
+// copies at most 4 events per append, amortized, and the log holds at most
+// 1.25 × maxLen events.
+func trimSlack(maxLen int) int { return max(1, maxLen/4) }
+
+// window returns the newest maxLen events and the floor below them.
+func (s *memoryStream) window(maxLen int) ([]Event, Position) {
+	if n := len(s.events) - maxLen; n > 0 {
+		return s.events[n:], s.events[n-1].Pos()
+	}
+	return s.events, s.floor
 }
 
 var _ ReplayLog = (*MemoryReplayLog)(nil)
@@ -90,9 +108,11 @@ func (l *MemoryReplayLog) Append(ctx context.Context, ev Event) error {
 		return fmt.Errorf("session: append %q at %v (top %v): %w", ev.Session, ev.Pos(), top, ErrFenced)
 	}
 	s.events = append(s.events, ev)
-	if n := len(s.events) - l.maxLen; n > 0 {
+	if n := len(s.events) - l.maxLen; n > trimSlack(l.maxLen) {
 		s.floor = s.events[n-1].Pos()
-		s.events = append([]Event(nil), s.events[n:]...)
+		k := copy(s.events, s.events[n:])
+		clear(s.events[k:]) // drop the trimmed events' data
+		s.events = s.events[:k]
 	}
 	if l.ttl > 0 {
 		s.expires = now.Add(l.ttl)
@@ -111,8 +131,9 @@ func (l *MemoryReplayLog) Since(ctx context.Context, session string, after Posit
 	if s == nil {
 		return nil, after.IsZero(), nil
 	}
+	events, floor := s.window(l.maxLen)
 	var out []Event
-	for _, ev := range s.events {
+	for _, ev := range events {
 		if limit > 0 && len(out) == limit {
 			break
 		}
@@ -121,7 +142,7 @@ func (l *MemoryReplayLog) Since(ctx context.Context, session string, after Posit
 			out = append(out, ev)
 		}
 	}
-	return out, !after.Less(s.floor), nil
+	return out, !after.Less(floor), nil
 }
 
 // Top implements ReplayLog.

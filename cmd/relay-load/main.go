@@ -18,6 +18,11 @@
 // Each POST of one word makes the echo agent emit five events (user_event,
 // turn_started, delta, message, turn_completed), so -rate 4 gives 20 events/s.
 // The tool stops by itself after -duration and only talks to the given URLs.
+//
+// "relay-load floor" measures the floor under a fan-out instead: the CPU one
+// pre-framed WebSocket text frame costs per socket when the leanest loop writes
+// it (one write syscall per socket per message), N loopback sockets read by a
+// child process. See floor.go and docs/PERFORMANCE.md.
 package main
 
 import (
@@ -51,6 +56,17 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "floor" || os.Args[1] == "floor-readers") {
+		f := floorMain
+		if os.Args[1] == "floor-readers" {
+			f = floorReadersMain
+		}
+		if err := f(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "relay-load:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var o options
 	var ws, post, pids string
 	flag.StringVar(&ws, "ws", "ws://127.0.0.1:4000/socket/websocket", "comma-separated socket URLs (sockets are spread round-robin)")
