@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/relaygw/relay/internal/buildinfo"
 	"github.com/relaygw/relay/pubsub"
 )
 
@@ -22,6 +23,9 @@ func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := promauto.With(reg)
+	bi := buildinfo.Read()
+	f.NewGaugeVec(prometheus.GaugeOpts{Name: "relay_build_info", Help: "Always 1; the labels name the build: version, commit and Go version."},
+		[]string{"version", "commit", "goversion"}).WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
 	counter := func(name, help string) prometheus.Counter {
 		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
