@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 5s
 PKGS := ./...
 
-.PHONY: run build web test lint unit fuzz e2e services bench chaos load cluster load-cluster clean
+.PHONY: run build web test lint unit fuzz e2e services bench chaos load cluster load-cluster check-image check-k8s clean
 
 run: web
 	$(GO) run ./cmd/gateway
@@ -67,6 +67,18 @@ cluster: build
 # topic; SOCKETS, RATE, DURATION, PROCS override (scripts/load-cluster.sh).
 load-cluster: web
 	@scripts/load-cluster.sh
+
+# The container image's build without a Docker engine: runs the Dockerfile's
+# RUN lines in a copy of the checkout and checks the binary (static, --version,
+# embedded bundle) and the non-root runtime stage (scripts/check-image.sh).
+# Minutes with a cold build cache, so not part of `make test`.
+check-image:
+	@scripts/check-image.sh
+
+# The Kubernetes manifests in deploy/k8s against the fields and invariants the
+# deployment relies on (deploy/k8s/manifests_test.go; part of `make test`).
+check-k8s:
+	$(GO) test -count=1 ./deploy/k8s/
 
 clean:
 	rm -rf bin web/dist/*.js web/dist/*.map
