@@ -1,6 +1,12 @@
 package gateway
 
 import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -16,7 +22,11 @@ type metrics struct {
 	replayed     prometheus.Counter
 	replayErrors prometheus.Counter
 	authFailures prometheus.Counter
-	pubsub       *pubsub.Metrics // published, deliveries, node messages, floods, errors
+	// Latencies, in seconds.
+	httpDuration  *prometheus.HistogramVec // by route pattern, method, status code
+	acceptLatency prometheus.Histogram     // POST /events: request start to 202
+	turnDuration  *prometheus.HistogramVec // by outcome (session.Config.OnTurnEnd)
+	pubsub        *pubsub.Metrics          // published, deliveries, node messages, floods, errors
 }
 
 func newMetrics() *metrics {
@@ -36,7 +46,39 @@ func newMetrics() *metrics {
 		replayErrors: counter("relay_replay_errors_total", "Joins whose replay read failed (recovered:false)."),
 		authFailures: counter("relay_socket_auth_failures_total", "Sockets refused for a missing or invalid token."),
 		pubsub:       pubsub.NewMetrics(reg),
+		httpDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "relay_http_request_duration_seconds",
+			Help:    "HTTP request duration by chi route pattern (\"unmatched\" for 404s), method and status code; WebSocket upgrades are not counted.",
+			Buckets: prometheus.DefBuckets}, []string{"route", "method", "code"}),
+		acceptLatency: f.NewHistogram(prometheus.HistogramOpts{Name: "relay_event_accept_duration_seconds",
+			Help:    "Time from an event POST's arrival to its 202 answer (body read, forward hop and the owner's durable accept included).",
+			Buckets: prometheus.DefBuckets}),
+		turnDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "relay_turn_duration_seconds",
+			Help:    "Turn run time on the owner, from the attempt's start to its written end, by outcome (completed, failed, stopped, interrupted).",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"outcome"}),
 	}
+}
+
+// observeHTTP is middleware recording relay_http_request_duration_seconds.
+// The route label is chi's pattern (bounded), never the raw path.
+func (m *metrics) observeHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/socket/websocket" {
+			next.ServeHTTP(w, r) // a socket's lifetime is not a request duration
+			return
+		}
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		m.httpDuration.WithLabelValues(route, r.Method, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+	})
 }
 
 // registerNode adds gauges read from the node's parts at scrape time.
