@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 5s
 PKGS := ./...
 
-.PHONY: run build web test lint unit fuzz e2e services bench chaos load cluster load-cluster clean
+.PHONY: run build web test lint unit fuzz e2e services bench chaos load cluster load-cluster check-image check-k8s kubeconform clean
 
 run: web
 	$(GO) run ./cmd/gateway
@@ -67,6 +67,24 @@ cluster: build
 # topic; SOCKETS, RATE, DURATION, PROCS override (scripts/load-cluster.sh).
 load-cluster: web
 	@scripts/load-cluster.sh
+
+# The container image's build without a Docker engine: runs the Dockerfile's
+# RUN lines in a copy of the checkout and checks the binary (static, --version,
+# embedded bundle) and the non-root runtime stage (scripts/check-image.sh).
+# Minutes with a cold build cache, so not part of `make test`.
+check-image:
+	@scripts/check-image.sh
+
+# docker-compose.yml and the Kubernetes manifests in deploy/k8s against the
+# fields and invariants the deployment relies on (strict decoding, no engine or
+# cluster; deploy/*_test.go, also part of `make test`). With network access to
+# the published schemas, `make kubeconform` validates against them too.
+check-k8s:
+	$(GO) test -count=1 ./deploy/...
+
+KUBECONFORM := github.com/yannh/kubeconform/cmd/kubeconform@v0.8.0
+kubeconform:
+	$(GO) run $(KUBECONFORM) -strict -summary -kubernetes-version 1.30.0 -ignore-filename-pattern kustomization.yaml deploy/k8s/
 
 clean:
 	rm -rf bin web/dist/*.js web/dist/*.map

@@ -130,6 +130,7 @@ func (n *Node) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 
 // handlePostEvent serves POST /api/sessions/{id}/events.
 func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
 	id, ok := n.sessionParam(w, r)
 	if !ok {
 		return
@@ -148,6 +149,7 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, aerr)
 		return
 	}
+	n.metrics.acceptLatency.Observe(time.Since(start).Seconds())
 	writeJSON(w, http.StatusAccepted, acc)
 }
 

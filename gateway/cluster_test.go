@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"go.uber.org/zap/zapcore"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -36,6 +37,7 @@ type testCluster struct {
 	tr      *trace.Tracer
 	nodes   []*Node
 	srvs    []*httptest.Server
+	observe zapcore.Core // when set, every node added also logs here
 }
 
 func newTestCluster(t *testing.T, names ...string) *testCluster {

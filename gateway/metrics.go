@@ -1,9 +1,16 @@
 package gateway
 
 import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/relaygw/relay/internal/buildinfo"
 	"github.com/relaygw/relay/pubsub"
 )
 
@@ -15,13 +22,20 @@ type metrics struct {
 	replayed     prometheus.Counter
 	replayErrors prometheus.Counter
 	authFailures prometheus.Counter
-	pubsub       *pubsub.Metrics // published, deliveries, node messages, floods, errors
+	// Latencies, in seconds.
+	httpDuration  *prometheus.HistogramVec // by route pattern, method, status code
+	acceptLatency prometheus.Histogram     // POST /events: request start to 202
+	turnDuration  *prometheus.HistogramVec // by outcome (session.Config.OnTurnEnd)
+	pubsub        *pubsub.Metrics          // published, deliveries, node messages, floods, errors
 }
 
 func newMetrics() *metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	f := promauto.With(reg)
+	bi := buildinfo.Read()
+	f.NewGaugeVec(prometheus.GaugeOpts{Name: "relay_build_info", Help: "Always 1; the labels name the build: version, commit and Go version."},
+		[]string{"version", "commit", "goversion"}).WithLabelValues(bi.Version, bi.Commit, bi.GoVersion).Set(1)
 	counter := func(name, help string) prometheus.Counter {
 		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
@@ -32,7 +46,39 @@ func newMetrics() *metrics {
 		replayErrors: counter("relay_replay_errors_total", "Joins whose replay read failed (recovered:false)."),
 		authFailures: counter("relay_socket_auth_failures_total", "Sockets refused for a missing or invalid token."),
 		pubsub:       pubsub.NewMetrics(reg),
+		httpDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "relay_http_request_duration_seconds",
+			Help:    "HTTP request duration by chi route pattern (\"unmatched\" for 404s), method and status code; WebSocket upgrades are not counted.",
+			Buckets: prometheus.DefBuckets}, []string{"route", "method", "code"}),
+		acceptLatency: f.NewHistogram(prometheus.HistogramOpts{Name: "relay_event_accept_duration_seconds",
+			Help:    "Time from an event POST's arrival to its 202 answer (body read, forward hop and the owner's durable accept included).",
+			Buckets: prometheus.DefBuckets}),
+		turnDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "relay_turn_duration_seconds",
+			Help:    "Turn run time on the owner, from the attempt's start to its written end, by outcome (completed, failed, stopped, interrupted).",
+			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"outcome"}),
 	}
+}
+
+// observeHTTP is middleware recording relay_http_request_duration_seconds.
+// The route label is chi's pattern (bounded), never the raw path.
+func (m *metrics) observeHTTP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/socket/websocket" {
+			next.ServeHTTP(w, r) // a socket's lifetime is not a request duration
+			return
+		}
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		status := ww.Status()
+		if status == 0 {
+			status = http.StatusOK
+		}
+		m.httpDuration.WithLabelValues(route, r.Method, strconv.Itoa(status)).Observe(time.Since(start).Seconds())
+	})
 }
 
 // registerNode adds gauges read from the node's parts at scrape time.
@@ -52,6 +98,16 @@ func (m *metrics) registerNode(n *Node) {
 			func() float64 { return float64(n.manager.Stats().InboxErrors) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_turn_end_write_retries_total", Help: "Turn-end store writes retried after a transient failure (session.Stats.StoreRetries)."},
 			func() float64 { return float64(n.manager.Stats().StoreRetries) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_session_takeovers_total", Help: "Sessions this node took over: thawed at epoch > 1 from a lease another owner held before (it handed the session back, or its lease lapsed) (session.Stats.Takeovers)."},
+			func() float64 { return float64(n.manager.Stats().Takeovers) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_session_handbacks_total", Help: "Sessions a drain of this node handed back: lease released for the next owner (session.Stats.HandBacks)."},
+			func() float64 { return float64(n.manager.Stats().HandBacks) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_session_stand_downs_total", Help: "Session actors stopped without a clean hand-back: fenced, lease lost, store failure (session.Stats.StandDowns)."},
+			func() float64 { return float64(n.manager.Stats().StandDowns) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_fenced_writes_total", Help: "Store writes and log appends refused by the epoch fence (session.Stats.Fenced)."},
+			func() float64 { return float64(n.manager.Stats().Fenced) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_turns_resumed_total", Help: "Unfinished turns continued from their journal after a takeover (session.Stats.TurnsResumed)."},
+			func() float64 { return float64(n.manager.Stats().TurnsResumed) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "relay_sessions_live", Help: "Session actors running on this node."},
 			func() float64 { return float64(len(n.manager.Sessions())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "relay_draining", Help: "1 while the node drains."},

@@ -162,6 +162,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		ForwardTimeout:  cfg.ForwardTimeout,
 		Logger:          n.log,
 		Tracer:          n.tracer,
+		OnTurnEnd: func(outcome string, d time.Duration) {
+			n.metrics.turnDuration.WithLabelValues(outcome).Observe(d.Seconds())
+		},
 	}
 	if n.nc != nil {
 		fwd = natsforward.New(n.nc, natsforward.Config{Prefix: cfg.Cluster, Node: n.name, Logger: n.log})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"net/http/httptest"
 	"slices"
 	"strconv"
@@ -37,7 +39,11 @@ func (c *testCluster) addWith(name string, agent session.Agent, mut func(*Config
 	if mut != nil {
 		mut(&cfg)
 	}
-	n, err := New(context.Background(), cfg, Options{Logger: zaptest.NewLogger(t).Named(name), Tracer: c.tr, Agent: agent})
+	log := zaptest.NewLogger(t)
+	if c.observe != nil {
+		log = zap.New(zapcore.NewTee(log.Core(), c.observe))
+	}
+	n, err := New(context.Background(), cfg, Options{Logger: log.Named(name), Tracer: c.tr, Agent: agent})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 //	GET  /, /ops, /assets/*           demo and ops pages
 func (n *Node) Handler() http.Handler {
 	r := chi.NewRouter()
-	r.Use(middleware.Recoverer)
+	r.Use(middleware.Recoverer, n.metrics.observeHTTP)
 	r.Handle("/socket/websocket", n.endpoint)
 	r.Route("/api", func(r chi.Router) {
 		r.Use(n.auth.requireAPI)

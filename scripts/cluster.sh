@@ -4,6 +4,11 @@
 # token; prints the URLs and tokens; stops every node on Ctrl-C (SIGTERM, so
 # each drains: sessions are handed back, sockets closed with 1012).
 #
+# A node that dies (kill -9 it to demo failover) does not stop the others:
+# the script reports it and keeps running; type the node's number (1-3) and
+# Enter to start it again. Secrets and the token come from the gateway binary
+# itself (gateway secret, gateway token).
+#
 # Environment (defaults in brackets):
 #   GATEWAY_BIN   [bin/gateway]
 #   DATABASE_URL  [postgres://postgres@127.0.0.1:5432/test?sslmode=disable&search_path=relay_cluster]
@@ -19,30 +24,21 @@ cd "$(dirname "$0")/.."
 BIN=${GATEWAY_BIN:-bin/gateway}
 [[ -x $BIN ]] || { echo "cluster: $BIN not found; run 'make build' first" >&2; exit 1; }
 
-rand() { openssl rand -hex "$1"; }
+rand() { "$BIN" secret --bytes "$1"; }
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable&search_path=relay_cluster}
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 export NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
 export CLUSTER=${CLUSTER:-relay-demo}
 export JWT_SECRET=${JWT_SECRET:-$(rand 32)}
-export API_KEYS=${API_KEYS:-key-$(rand 12)}
-export ADMIN_TOKEN=${ADMIN_TOKEN:-admin-$(rand 12)}
+export API_KEYS=${API_KEYS:-key-$(rand 16)}
+export ADMIN_TOKEN=${ADMIN_TOKEN:-admin-$(rand 16)}
 export MUSTER_HEARTBEAT=${MUSTER_HEARTBEAT:-2s}
 export MUSTER_PEER_DOWN=${MUSTER_PEER_DOWN:-3s}
 BASE_PORT=${BASE_PORT:-4001}
 LOG_DIR=${LOG_DIR:-$(mktemp -d -t relay-cluster.XXXXXX)}
 
-# b64url STDIN: base64url without padding.
-b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
-# mint SUB: an HS256 JWT for every session, valid 30 days.
-mint() {
-  local head body sig exp
-  exp=$(($(date +%s) + 30 * 24 * 3600))
-  head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-  body=$(printf '{"sub":"%s","sessions":["*"],"exp":%d}' "$1" "$exp" | b64url)
-  sig=$(printf '%s.%s' "$head" "$body" | openssl dgst -sha256 -mac HMAC -macopt "key:$JWT_SECRET" -binary | b64url)
-  printf '%s.%s.%s' "$head" "$body" "$sig"
-}
+# mint SUB: an HS256 JWT for every session, valid 30 days (gateway token).
+mint() { "$BIN" token --sub "$1" --sessions '*' --ttl 720h; }
 
 pids=()
 stop() {
@@ -57,11 +53,13 @@ stop() {
 trap stop INT TERM EXIT
 
 names=(node1 node2 node3)
-for i in 0 1 2; do
-  port=$((BASE_PORT + i))
-  ADDR=127.0.0.1:$port NODE_NAME=${names[$i]} "$BIN" >"$LOG_DIR/${names[$i]}.log" 2>&1 &
-  pids+=($!)
-done
+# start_node I: start node I (0-2) in the background, appending to its log.
+start_node() {
+  local i=$1 port=$((BASE_PORT + $1))
+  ADDR=127.0.0.1:$port NODE_NAME=${names[$i]} "$BIN" >>"$LOG_DIR/${names[$i]}.log" 2>&1 &
+  pids[i]=$!
+}
+for i in 0 1 2; do start_node "$i"; done
 
 # Wait until each node listens.
 for i in 0 1 2; do
@@ -93,9 +91,40 @@ Post an event on any node:
 Muster view of a node:
   curl -s -H "Authorization: Bearer $ADMIN_TOKEN" http://127.0.0.1:$BASE_PORT/admin/node
 
+Failover demo: kill -9 one node (pids: node1=${pids[0]} node2=${pids[1]}
+node3=${pids[2]}); the other two keep running and take over its sessions once
+its leases lapse (LEASE_TTL). Type 1, 2 or 3 and Enter to (re)start a node.
 Ctrl-C stops all three.
 EOF
 
-# Exit when any node dies (the trap stops the others) or on Ctrl-C.
-wait -n "${pids[@]}" || true
-echo "cluster: a node exited; see $LOG_DIR" >&2
+# Watch the nodes: report one that dies and keep the others running; restart
+# a node on request (its number on stdin). Ctrl-C runs the trap.
+declare -A reported=()
+while true; do
+  for i in 0 1 2; do
+    if [[ -z ${reported[$i]:-} ]] && ! kill -0 "${pids[$i]}" 2>/dev/null; then
+      rc=0
+      wait "${pids[$i]}" 2>/dev/null || rc=$?
+      echo "cluster: ${names[$i]} (pid ${pids[$i]}) exited with status $rc; the others keep running. Type $((i + 1)) and Enter to restart it. Log: $LOG_DIR/${names[$i]}.log" >&2
+      reported[$i]=1
+    fi
+  done
+  line=
+  if read -r -t 1 line 2>/dev/null; then
+    case $line in
+      1 | 2 | 3)
+        i=$((line - 1))
+        if kill -0 "${pids[$i]}" 2>/dev/null; then
+          echo "cluster: ${names[$i]} is running (pid ${pids[$i]})" >&2
+        else
+          start_node "$i"
+          unset "reported[$i]"
+          echo "cluster: ${names[$i]} restarted (pid ${pids[$i]})" >&2
+        fi
+        ;;
+    esac
+  elif [[ $? -le 128 ]]; then
+    # stdin closed (not a terminal): just watch.
+    sleep 1
+  fi
+done

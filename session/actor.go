@@ -20,9 +20,10 @@ import (
 // is halted, nothing more is published or written, in-memory state is
 // dropped). a.done closes when the actor has fully stopped.
 type actor struct {
-	m     *Manager
-	id    string
-	epoch int64
+	previous string // the lease's owner before this actor's claim (Lease.Previous)
+	m        *Manager
+	id       string
+	epoch    int64
 
 	ctx    context.Context
 	retire context.CancelCauseFunc
@@ -94,6 +95,7 @@ func newActor(m *Manager, id string, l Lease, claimStart time.Time) *actor {
 		m:        m,
 		id:       id,
 		epoch:    l.Epoch,
+		previous: l.Previous,
 		ctx:      ctx,
 		retire:   cancel,
 		mailbox:  make(chan *submitReq, m.cfg.MailboxSize),
@@ -292,6 +294,14 @@ func (a *actor) thaw() error {
 	a.readTail(th)
 	a.thawWait(th.History, th.Inbox)
 	a.m.stats.thaws.Add(1)
+	if a.previous != "" && a.previous != a.m.cfg.Owner && a.epoch > 1 {
+		// Another owner held this session before: it handed it back
+		// (drain, hibernation) or its lease lapsed (crash, partition).
+		a.m.stats.takeovers.Add(1)
+		a.m.log.Info("session taken over", zap.String("session", a.id), zap.String("old_owner", a.previous),
+			zap.String("new_owner", a.m.cfg.Owner), zap.Int64("epoch", a.epoch), zap.Int64("from_epoch", th.FromEpoch),
+			zap.Int("pending", len(a.pending)))
+	}
 	a.m.tr.Emit("session.thaw", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch,
 		"seq", a.seq, "from_epoch", th.FromEpoch, "history", len(a.history), "pending", len(a.pending))
 	return nil
@@ -346,6 +356,10 @@ func (a *actor) handBack() {
 		return
 	}
 	a.m.tr.Emit("session.released", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch)
+	if errors.Is(a.cause(), errDrained) {
+		a.m.stats.handBacks.Add(1)
+		a.m.log.Info("session handed back", zap.String("session", a.id), zap.String("owner", a.m.cfg.Owner), zap.Int64("epoch", a.epoch))
+	}
 }
 
 // giveUpLease expires a stood-down actor's lease (only if it is still this

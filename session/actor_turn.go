@@ -13,10 +13,11 @@ import (
 
 // turnRun is the turn in flight.
 type turnRun struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	stop   context.CancelCauseFunc // cancels ctx with a cause (ErrTurnStopped)
-	input  pendingInput
+	started time.Time // when this attempt started here (Config.OnTurnEnd)
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stop    context.CancelCauseFunc // cancels ctx with a cause (ErrTurnStopped)
+	input   pendingInput
 	// stopped is set when the turn is being stopped (stopTurn); waiters
 	// are the stop controls to answer once its end is written; partial is
 	// the reply streamed so far (the resumed text, then every delta's
@@ -345,6 +346,7 @@ func (a *actor) startTurn() {
 	if resume != nil {
 		run.partial.WriteString(resume.Text)
 	}
+	run.started = a.m.clock.Now()
 	a.turn = run
 	ctx := run.ctx
 	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
@@ -494,6 +496,7 @@ func (a *actor) finishTurn(res turnResult) {
 	a.m.tr.Emit("session.checkpoint.ok", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq+reserve)
 	if stopped {
 		a.m.stats.turnsStopped.Add(1)
+		a.turnEnded(t, TurnStopped)
 		data, _ := json.Marshal(stoppedData{Turn: t.input.pos(), Partial: t.partial.String()})
 		a.emit(TypeTurnStopped, data)
 		t.answerStops(true, nil)
@@ -505,12 +508,14 @@ func (a *actor) finishTurn(res turnResult) {
 	if asked {
 		a.raise(*t.interrupt)
 		a.m.stats.interrupts.Add(1)
+		a.turnEnded(t, TurnInterrupted)
 		a.m.tr.Emit("session.interrupt", "owner", a.m.cfg.Owner, "session", a.id, "interrupt", t.interrupt.ID)
 		a.emit(TypeInterrupt, askedData)
 		return
 	}
 	if failed {
 		a.m.stats.turnsFailed.Add(1)
+		a.turnEnded(t, TurnFailed)
 		data, _ := json.Marshal(map[string]string{"error": res.err.Error()})
 		a.emit(TypeTurnFailed, data)
 		return
@@ -520,7 +525,25 @@ func (a *actor) finishTurn(res turnResult) {
 		return
 	}
 	a.m.stats.turnsCompleted.Add(1)
+	a.turnEnded(t, TurnCompleted)
 	a.emit(TypeTurnCompleted, emptyObject)
+}
+
+// Turn outcomes passed to Config.OnTurnEnd.
+const (
+	TurnCompleted   = "completed"
+	TurnFailed      = "failed"
+	TurnStopped     = "stopped"
+	TurnInterrupted = "interrupted"
+)
+
+// turnEnded reports t's end to Config.OnTurnEnd. A turn that never started
+// here (given up before its first run) reports no duration.
+func (a *actor) turnEnded(t *turnRun, outcome string) {
+	if a.m.cfg.OnTurnEnd == nil || t.started.IsZero() {
+		return
+	}
+	a.m.cfg.OnTurnEnd(outcome, a.m.clock.Now().Sub(t.started))
 }
 
 // Backoff between end-of-turn store attempts: from storeRetryFirst,

@@ -107,6 +107,7 @@ func (s *MemoryLeaseStore) Claim(ctx context.Context, key, owner string, ttl tim
 	now := s.now()
 	row, found := s.rows[key]
 	live := found && now.Before(row.expires)
+	previous := row.owner
 	switch {
 	case !found:
 		row = memoryLease{owner: owner, epoch: 1}
@@ -118,7 +119,7 @@ func (s *MemoryLeaseStore) Claim(ctx context.Context, key, owner string, ttl tim
 	}
 	row.expires = now.Add(ttl)
 	s.rows[key] = row
-	return Lease{Key: key, Owner: owner, Epoch: row.epoch, Remaining: ttl}, nil
+	return Lease{Key: key, Owner: owner, Epoch: row.epoch, Remaining: ttl, Previous: previous}, nil
 }
 
 // Release implements LeaseStore: the lease expires now if owner and epoch

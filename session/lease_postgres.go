@@ -47,7 +47,8 @@ func NewPostgresLeaseStore(pool *pgxpool.Pool) *PostgresLeaseStore {
 // snapshot.
 //
 // $1 agent_key, $2 owner, $3 ttl (interval). Columns: won, owner, epoch,
-// remaining in microseconds (database clock).
+// remaining in microseconds (database clock), and the owner cur read (""
+// for no row; Lease.Previous).
 const claimSQL = `
 WITH cur AS (
     SELECT owner_node, epoch, expires_at FROM agent_leases WHERE agent_key = $1
@@ -61,9 +62,10 @@ WITH cur AS (
     WHERE l.owner_node = EXCLUDED.owner_node OR l.expires_at <= now()
     RETURNING owner_node, epoch, expires_at
 )
-SELECT true, owner_node, epoch, (extract(epoch FROM expires_at - now()) * 1000000)::bigint FROM up
+SELECT true, owner_node, epoch, (extract(epoch FROM expires_at - now()) * 1000000)::bigint,
+       COALESCE((SELECT owner_node FROM cur), '') FROM up
 UNION ALL
-SELECT false, owner_node, epoch, (extract(epoch FROM expires_at - now()) * 1000000)::bigint FROM cur
+SELECT false, owner_node, epoch, (extract(epoch FROM expires_at - now()) * 1000000)::bigint, owner_node FROM cur
 WHERE NOT EXISTS (SELECT 1 FROM up)`
 
 // releaseSQL expires a live lease now, only for its owner and epoch.
@@ -88,19 +90,20 @@ func (s *PostgresLeaseStore) Claim(ctx context.Context, key, owner string, ttl t
 	}
 	for range claimAttempts {
 		var (
-			won    bool
-			holder string
-			epoch  int64
-			micros int64
+			won      bool
+			holder   string
+			epoch    int64
+			micros   int64
+			previous string
 		)
-		err := s.pool.QueryRow(ctx, claimSQL, key, owner, ttl).Scan(&won, &holder, &epoch, &micros)
+		err := s.pool.QueryRow(ctx, claimSQL, key, owner, ttl).Scan(&won, &holder, &epoch, &micros, &previous)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return Lease{}, fmt.Errorf("session: claim %q: %w", key, err)
 		}
 		remaining := time.Duration(micros) * time.Microsecond
 		switch {
 		case err == nil && won:
-			return Lease{Key: key, Owner: holder, Epoch: epoch, Remaining: remaining}, nil
+			return Lease{Key: key, Owner: holder, Epoch: epoch, Remaining: remaining, Previous: previous}, nil
 		case err != nil, holder == owner, remaining <= 0:
 			// No row, or a row the upsert would have taken: cur was stale.
 			continue

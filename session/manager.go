@@ -97,6 +97,11 @@ type Config struct {
 
 	Logger *zap.Logger   // default zap.NewNop()
 	Tracer *trace.Tracer // nil: no trace points
+	// OnTurnEnd, when set, is called on the actor's goroutine as each turn
+	// ends here, with its outcome (TurnCompleted, TurnFailed, TurnStopped,
+	// TurnInterrupted) and its run time on this owner: from the start of
+	// this attempt to the written end. It must not block (metrics).
+	OnTurnEnd func(outcome string, d time.Duration)
 }
 
 // DefaultConfig returns the docs/OWNERSHIP.md "Defaults" (lease 15 s, heartbeat 5 s,

@@ -156,6 +156,8 @@ type Stats struct {
 	Relogged        uint64 // events a thaw logged at positions an earlier owner took but never logged (tail repair)
 	TurnsStopped    uint64 // turns ended turn_stopped (a stop, or a double-texting interrupt)
 	Interrupts      uint64 // turns ended with an interrupt (a question for the client)
+	Takeovers       uint64 // sessions thawed here at epoch > 1 whose lease another owner held before (it handed back or lapsed)
+	HandBacks       uint64 // sessions a drain handed back (lease released for the next owner)
 }
 
 // Stats returns the Manager's counters.
@@ -182,13 +184,15 @@ func (m *Manager) Stats() Stats {
 		Relogged:        c.relogged.Load(),
 		TurnsStopped:    c.turnsStopped.Load(),
 		Interrupts:      c.interrupts.Load(),
+		Takeovers:       c.takeovers.Load(),
+		HandBacks:       c.handBacks.Load(),
 	}
 }
 
 type counters struct {
 	accepted, duplicates, turnsCompleted, turnsFailed, thaws, hibernations,
 	standDowns, fenced, logAppendErrors, publishErrors, forwards, inboxErrors, storeRetries,
-	turnsResumed, turnsRestarted, turnsGivenUp, handOvers, relogged, turnsStopped, interrupts atomic.Uint64
+	turnsResumed, turnsRestarted, turnsGivenUp, handOvers, relogged, turnsStopped, interrupts, takeovers, handBacks atomic.Uint64
 }
 
 // LiveLease reads session id's lease without claiming it (one Get on the

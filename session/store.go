@@ -33,6 +33,10 @@ type Lease struct {
 	Owner     string
 	Epoch     int64
 	Remaining time.Duration
+	// Previous is the owner the row named before this claim, as the claim
+	// read it: "" for a new row, Owner itself for a renewal or a re-claim of
+	// its own. For logs and metrics (takeovers); decisions use Epoch.
+	Previous string
 }
 
 // LeaseHeldError is returned by Claim when another owner holds a live lease.

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,14 +19,34 @@ import (
 
 	"github.com/alecthomas/kong"
 	"github.com/relaygw/relay/gateway"
+	"github.com/relaygw/relay/internal/buildinfo"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
+// cli is the command line: `gateway [flags]` runs a node (serve is the
+// default command), `gateway token` mints a JWT, `gateway secret` prints a
+// random secret, `gateway drain` starts a running node's drain, `gateway
+// --version` prints the build.
+type cli struct {
+	Version kong.VersionFlag `help:"Print the version, commit and Go version, and exit."`
+	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run a gateway node (the default command)."`
+	Token   tokenCmd         `cmd:"" help:"Mint a JWT for sockets and the API, signed with JWT_SECRET."`
+	Secret  secretCmd        `cmd:"" help:"Print a random hex secret (for JWT_SECRET, API_KEYS or ADMIN_TOKEN)."`
+	Drain   drainCmd         `cmd:"" help:"Start a node's drain through its admin API (POST /admin/drain); --wait waits until it is empty (the Kubernetes preStop hook)."`
+}
+
+type serveCmd struct {
+	gateway.Config `embed:""`
+}
+
+func (s *serveCmd) Run() error { return run(s.Config) }
+
 func main() {
-	cfg := gateway.DefaultConfig()
-	kong.Parse(&cfg, kong.Name("gateway"), kong.Description("Relay: a realtime gateway for conversational agents."))
-	if err := run(cfg); err != nil {
+	c := cli{Serve: serveCmd{Config: gateway.DefaultConfig()}}
+	kctx := kong.Parse(&c, kong.Name("gateway"), kong.Description("Relay: a realtime gateway for conversational agents."),
+		kong.Vars{"version": buildinfo.Read().String()}, kong.BindTo(os.Stdout, (*io.Writer)(nil)))
+	if err := kctx.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)
 	}
@@ -37,6 +58,9 @@ func run(cfg gateway.Config) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	bi := buildinfo.Read()
+	log.Info("starting", zap.String("version", bi.Version), zap.String("commit", bi.Commit),
+		zap.Bool("modified", bi.Modified), zap.String("go", bi.GoVersion))
 
 	dev := cfg.JWTSecret == ""
 	if dev {
@@ -69,10 +93,13 @@ func run(cfg gateway.Config) error {
 		if err != nil {
 			return err
 		}
+		open := fmt.Sprintf("http://%s/#token=%s&session=demo-1", browseAddr(ln.Addr()), tok)
 		log.Warn("development mode: JWT_SECRET not set, using a random secret",
-			zap.String("open", fmt.Sprintf("http://%s/#token=%s&session=demo-1", browseAddr(ln.Addr()), tok)),
-			zap.String("api_token", tok),
-			zap.String("admin_token", cfg.AdminToken))
+			zap.String("open", open), zap.String("api_token", tok), zap.String("admin_token", cfg.AdminToken))
+		// Straight to stderr as well: the node is unusable without these,
+		// whatever LOG_LEVEL filters out.
+		fmt.Fprintf(os.Stderr, "development mode (JWT_SECRET not set):\n  open:        %s\n  api token:   %s\n  admin token: %s\n",
+			open, tok, cfg.AdminToken)
 	}
 
 	serveErr := make(chan error, 1)

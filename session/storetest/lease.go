@@ -40,8 +40,8 @@ func LeaseStoreSuite(t *testing.T, newFixture func(t *testing.T) LeaseFixture) {
 		mustClaim(t, f.Store, "k", "a/1", ttl)
 		f.Advance(t, 10*time.Second)
 		l := mustClaim(t, f.Store, "k", "a/1", ttl)
-		if l.Epoch != 1 || l.Owner != "a/1" || l.Remaining != ttl {
-			t.Fatalf("re-claim = %+v, want epoch 1, owner a/1, remaining %v", l, ttl)
+		if l.Epoch != 1 || l.Owner != "a/1" || l.Remaining != ttl || l.Previous != "a/1" {
+			t.Fatalf("re-claim = %+v, want epoch 1, owner a/1, remaining %v, previous a/1", l, ttl)
 		}
 		// The extension counts from the re-claim, not from the first claim.
 		f.Advance(t, 10*time.Second)
@@ -56,7 +56,7 @@ func LeaseStoreSuite(t *testing.T, newFixture func(t *testing.T) LeaseFixture) {
 		mustClaim(t, f.Store, "k", "a/1", ttl)
 		f.Advance(t, ttl)
 		l := mustClaim(t, f.Store, "k", "b/1", ttl)
-		want := session.Lease{Key: "k", Owner: "b/1", Epoch: 2, Remaining: ttl}
+		want := session.Lease{Key: "k", Owner: "b/1", Epoch: 2, Remaining: ttl, Previous: "a/1"}
 		if l != want {
 			t.Fatalf("takeover = %+v, want %+v", l, want)
 		}
@@ -104,8 +104,8 @@ func LeaseStoreSuite(t *testing.T, newFixture func(t *testing.T) LeaseFixture) {
 		}
 		f.Advance(t, ttl)
 		l := mustClaim(t, f.Store, "k", "node-a/inc-2", ttl)
-		if l.Epoch != 2 {
-			t.Fatalf("takeover by new incarnation = %+v, want epoch 2", l)
+		if l.Epoch != 2 || l.Previous != "node-a/inc-1" {
+			t.Fatalf("takeover by new incarnation = %+v, want epoch 2, previous node-a/inc-1", l)
 		}
 	})
 
