@@ -183,21 +183,18 @@ func (h *sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, eve
 		}
 		return nil, ae.pushReply()
 	case "resume":
-		in, err := decodeResumePush(payload)
-		if err != nil {
-			ae := asAPIError(err)
-			h.n.metrics.refused.WithLabelValues(ae.Code).Inc()
-			return nil, ae.pushReply()
-		}
-		acc, ae := h.n.submit(ctx, id, in)
-		if ae != nil {
-			return nil, ae.pushReply()
-		}
-		return acc, nil
+		return h.submitPush(ctx, id, payload, decodeResumePush)
 	default:
 		return nil, replyErr("unknown_event", "session channels accept only \"message\", \"stop\" and \"resume\" pushes")
 	}
-	in, err := DecodeInput(payload)
+	return h.submitPush(ctx, id, payload, DecodeInput)
+}
+
+// submitPush decodes a push's payload into an input with decode and
+// submits it to session id, answering as an event POST would (README
+// "WebSocket API"): the acceptance, or the error reply.
+func (h *sessionChannel) submitPush(ctx context.Context, id string, payload json.RawMessage, decode func([]byte) (session.Input, error)) (any, error) {
+	in, err := decode(payload)
 	if err != nil {
 		ae := asAPIError(err)
 		h.n.metrics.refused.WithLabelValues(ae.Code).Inc()
