@@ -429,7 +429,13 @@ func (m *Manager) Recover(ctx context.Context, limit int) (int, error) {
 		if err != nil {
 			continue
 		}
+		m.tr.Emit("session.recover.claimed", "owner", m.cfg.Owner, "session", id, "epoch", l.Epoch)
 		if _, err := m.actorFor(ctx, id, l, start); err != nil {
+			// A drain that began after this pass did must not leave
+			// behind a lease no actor holds (docs/OWNERSHIP.md "Drain").
+			if errors.Is(err, ErrDraining) {
+				m.giveBack(ctx, id, l)
+			}
 			continue
 		}
 		started++

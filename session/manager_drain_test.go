@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/relaygw/relay/internal/trace"
 )
@@ -130,4 +131,45 @@ func TestDrainReleasesLeaseClaimedInFlight(t *testing.T) {
 			t.Fatalf("b/1 claims s1 after the drain: %+v, %v; want epoch 2 at once", l, err)
 		}
 	})
+}
+
+// A recovery pass that claimed a session's lease just before a drain began
+// (parked right after its claim) gives that lease back instead of leaving
+// it live with no actor: the next claim elsewhere succeeds at once.
+func TestDrainReleasesLeaseRecoveredInFlight(t *testing.T) {
+	st := memoryStores()
+	tr := trace.New()
+	ctx := context.Background()
+	cfgA, _, _ := testConfig(st, "a/1", tr)
+	ag := newBlockAgent()
+	cfgA.Agent = ag
+	a := NewManager(cfgA)
+	submit(t, a, "s1", "left behind")
+	<-ag.started
+	a.Close() // dies with the input in the inbox
+	st.advance(t, cfgA.LeaseTTL+time.Second)
+
+	cfgB, _, _ := testConfig(st, "b/1", tr)
+	b := startManager(t, cfgB)
+	tr.Park(trace.Kind("session.recover.claimed", "owner", "b/1"), trace.Kind("session.drain", "owner", "b/1"))
+	recovered := make(chan int, 1)
+	go func() {
+		n, _ := b.Recover(ctx, 10)
+		recovered <- n
+	}()
+	waitFor(t, tr, trace.Kind("session.recover.claimed", "owner", "b/1"), 1)
+	if err := b.Drain(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if n := <-recovered; n != 0 {
+		t.Fatalf("recover started %d sessions during the drain, want 0", n)
+	}
+	assertNoParkFailures(t, tr)
+	if n := tr.Count(trace.Kind("session.drain.released", "owner", "b/1", "session", "s1")); n != 1 {
+		t.Fatalf("recovered claim released %d times, want once\ntrace:\n%s", n, tr.Dump())
+	}
+	l, err := st.leases.Claim(ctx, "s1", "c/1", cfgB.LeaseTTL)
+	if err != nil || l.Epoch != 3 {
+		t.Fatalf("c/1 claims s1 after the drain: %+v, %v; want epoch 3 at once", l, err)
+	}
 }
