@@ -164,8 +164,11 @@ type sessionBody struct {
 	NextBefore int64                   `json:"next_before"`
 	Pending    []session.Message       `json:"pending"`
 	Running    bool                    `json:"running"`
-	Node       string                  `json:"node"`
-	Owner      string                  `json:"owner"`
+	// DoubleTexting is enqueue, reject or interrupt: what an event sent
+	// while a turn runs does in this session.
+	DoubleTexting string `json:"double_texting"`
+	Node          string `json:"node"`
+	Owner         string `json:"owner"`
 }
 
 // historyQuery parses ?before=<n>&limit=<k>: before a positive message
@@ -213,7 +216,7 @@ func (n *Node) handleGetSession(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, sessionBody{
 		Session: id, Epoch: st.Epoch, Seq: st.Seq, History: st.History, Total: st.Total, NextBefore: st.NextBefore,
-		Pending: st.Pending, Running: st.Running, Node: n.name, Owner: owner,
+		Pending: st.Pending, Running: st.Running, DoubleTexting: st.DoubleTexting, Node: n.name, Owner: owner,
 	})
 }
 

@@ -75,6 +75,7 @@ type actorView struct {
 	seq     int64
 	pending []pendingInput
 	running *pendingInput
+	mode    string // the session's double-texting mode ("" when unset)
 }
 
 // submitReq is an input, or a control when ctl is set.
@@ -242,7 +243,7 @@ func (a *actor) stopIdle() {
 }
 
 func (a *actor) publishView() {
-	v := actorView{seq: a.seq, pending: a.pending[:len(a.pending):len(a.pending)]}
+	v := actorView{seq: a.seq, pending: a.pending[:len(a.pending):len(a.pending)], mode: a.mode}
 	if a.turn != nil {
 		in := a.turn.input
 		v.running = &in

@@ -271,6 +271,9 @@ func TestDoubleTextingSetByFirstInput(t *testing.T) {
 		if _, err := a.Accept(ctx, "s1", queued); err != nil {
 			t.Fatalf("input with multitask enqueue: %v", err)
 		}
+		if got, err := a.State(ctx, "s1", HistoryQuery{}); err != nil || got.DoubleTexting != MultitaskReject {
+			t.Fatalf("s1 state on its owner: mode %q (%v), want %q (set by its first input)", got.DoubleTexting, err, MultitaskReject)
+		}
 
 		// Another session: its first input names no mode; a later one's
 		// multitask is for itself only.
@@ -282,6 +285,9 @@ func TestDoubleTextingSetByFirstInput(t *testing.T) {
 			t.Fatalf("s2 input with multitask reject: %v, want ErrTurnBusy", err)
 		}
 		submit(t, a, "s2", "three") // the default, enqueue
+		if got, err := a.State(ctx, "s2", HistoryQuery{}); err != nil || got.DoubleTexting != MultitaskEnqueue {
+			t.Fatalf("s2 state: mode %q (%v), want the node's default %q (its first input set none)", got.DoubleTexting, err, MultitaskEnqueue)
+		}
 
 		// The next owner thaws the mode with the session.
 		a.Close()
@@ -290,6 +296,10 @@ func TestDoubleTextingSetByFirstInput(t *testing.T) {
 		bb := newBlockAgent()
 		cfgB.Agent = bb
 		b := startManager(t, cfgB)
+		// Before b runs it, the mode is read from the store.
+		if got, err := b.State(ctx, "s1", HistoryQuery{}); err != nil || got.DoubleTexting != MultitaskReject || got.Source != SourceStore {
+			t.Fatalf("s1 state from the store: mode %q source %q (%v), want %q from %q", got.DoubleTexting, got.Source, err, MultitaskReject, SourceStore)
+		}
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		if _, err := b.Recover(rctx, 10); err != nil {

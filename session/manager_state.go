@@ -41,7 +41,11 @@ type State struct {
 	NextBefore int64           `json:"next_before"`
 	Pending    []Message       `json:"pending"`
 	Running    bool            `json:"running"`
-	Source     string          `json:"source"`
+	// DoubleTexting is what an input sent while a turn runs does in this
+	// session: enqueue, reject or interrupt (Config.DoubleTexting when the
+	// session's first input set none).
+	DoubleTexting string `json:"double_texting"`
+	Source        string `json:"source"`
 }
 
 // State returns one page of session id's history (q: the Limit newest
@@ -75,6 +79,7 @@ func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, 
 	default:
 		st.Source = SourceStore
 		st.Epoch, st.Seq, st.Total = stored.Epoch, stored.Seq, stored.Total
+		st.DoubleTexting = stored.DoubleTexting
 		if len(stored.History) > 0 {
 			st.History = stored.History
 			st.NextBefore = stored.History[0].N
@@ -89,6 +94,9 @@ func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, 
 	if a != nil && a.ctx.Err() == nil {
 		v := a.currentView()
 		st.Epoch, st.Seq, st.Running = a.epoch, v.seq, v.running != nil
+		if v.mode != "" {
+			st.DoubleTexting = v.mode
+		}
 		st.Pending = make([]Message, 0, len(v.pending)+1)
 		if v.running != nil {
 			st.Pending = append(st.Pending, Message{Role: "user", Content: InputText(v.running.Input)})
@@ -99,6 +107,9 @@ func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, 
 		if st.Source != SourceUnavailable {
 			st.Source = SourceActor
 		}
+	}
+	if st.DoubleTexting == "" {
+		st.DoubleTexting = m.cfg.DoubleTexting
 	}
 	return st, nil
 }

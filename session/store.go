@@ -212,6 +212,9 @@ type StoredSession struct {
 	Inbox   []InboxEntry    // oldest first
 	History []StoredMessage // the page, oldest first
 	Total   int64           // messages in the whole history
+	// DoubleTexting is the mode the session's first input set ("" when
+	// none was set: the node's Config.DoubleTexting applies).
+	DoubleTexting string
 }
 
 // ReplayLog keeps a bounded, recent history of each session's events so a

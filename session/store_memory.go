@@ -228,5 +228,7 @@ func (s *MemorySessionStore) Read(ctx context.Context, key string, q HistoryQuer
 		Inbox:   slices.Clone(r.inbox),
 		History: slices.Clone(r.history[start:end]),
 		Total:   int64(len(r.history)),
+		// The mode is the row's, as Thaw returns it.
+		DoubleTexting: r.mode,
 	}, true, nil
 }

@@ -113,7 +113,7 @@ a AS (
     FROM f WHERE b.key = f.key AND b.epoch = $3 AND b.seq = $4)
 SELECT count(*) FROM f`
 
-const stateSQL = `SELECT epoch, seq, history_n FROM session_state WHERE key = $1`
+const stateSQL = `SELECT epoch, seq, history_n, double_texting FROM session_state WHERE key = $1`
 
 // Thaw implements SessionStore: the fence statement, then one batch of
 // reads (inbox, history window, keys). The reads follow the fence's
@@ -266,7 +266,7 @@ func (s *PostgresSessionStore) Read(ctx context.Context, key string, q HistoryQu
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	var st StoredSession
-	err := br.QueryRow().Scan(&st.Epoch, &st.Seq, &st.Total)
+	err := br.QueryRow().Scan(&st.Epoch, &st.Seq, &st.Total, &st.DoubleTexting)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return StoredSession{}, false, nil
 	}
