@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/internal/trace"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func TestSubmitRunsTurnsInSeqOrder(t *testing.T) {
@@ -435,6 +437,8 @@ func TestAgentErrorEndsTurnFailedAndCheckpointed(t *testing.T) {
 			tr := trace.New()
 			cfg, rec, _ := testConfig(st, "a/1", tr)
 			cfg.Agent = failAgent{panics: panics}
+			core, logs := observer.New(zap.WarnLevel)
+			cfg.Logger = zap.New(core)
 			m := startManager(t, cfg)
 
 			submit(t, m, "s1", "question")
@@ -452,6 +456,10 @@ func TestAgentErrorEndsTurnFailedAndCheckpointed(t *testing.T) {
 			}
 			if m.Stats().TurnsFailed != 1 {
 				t.Fatalf("stats %+v", m.Stats())
+			}
+			// The turn is logged as failed once, with the agent's error.
+			if l := logs.FilterMessage("turn failed").FilterField(zap.String("session", "s1")).All(); len(l) != 1 || l[0].ContextMap()["error"] == "" {
+				t.Fatalf("turn failed log lines %+v, want one naming the error", l)
 			}
 		})
 	}

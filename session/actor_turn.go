@@ -515,6 +515,8 @@ func (a *actor) finishTurn(res turnResult) {
 	}
 	if failed {
 		a.m.stats.turnsFailed.Add(1)
+		// The agent's error reaches clients in turn_failed; operators see it here.
+		a.m.log.Warn("turn failed", zap.String("session", a.id), zap.Stringer("turn", t.input.pos()), zap.Error(res.err))
 		a.turnEnded(t, TurnFailed)
 		data, _ := json.Marshal(map[string]string{"error": res.err.Error()})
 		a.emit(TypeTurnFailed, data)
