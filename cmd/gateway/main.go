@@ -132,9 +132,19 @@ func newLogger(level string) (*zap.Logger, error) {
 	zc := zap.NewProductionConfig()
 	zc.Level = zap.NewAtomicLevelAt(lvl)
 	zc.Sampling = nil
-	zc.EncoderConfig.TimeKey = "ts"
-	zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	zc.EncoderConfig = loggerEncoderConfig()
 	return zc.Build()
+}
+
+// loggerEncoderConfig is the node's JSON log line: zap's production fields,
+// "ts" in ISO 8601, and durations with their unit ("1.5s", "250ms"), not
+// bare seconds.
+func loggerEncoderConfig() zapcore.EncoderConfig {
+	ec := zap.NewProductionEncoderConfig()
+	ec.TimeKey = "ts"
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	ec.EncodeDuration = zapcore.StringDurationEncoder
+	return ec
 }
 
 func randomHex(n int) string {
