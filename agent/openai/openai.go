@@ -166,7 +166,9 @@ type chatRequest struct {
 // data.text, else its data as JSON text, as the session stores it).
 // Consecutive messages of one role (a failed turn leaves its user message
 // without a reply) are joined into one, separated by a blank line, because
-// many models' chat templates refuse roles that do not alternate.
+// many models' chat templates refuse roles that do not alternate. Roles the
+// chat API does not know are mapped (chatRole): an interrupt the turn
+// ended with becomes the assistant's question.
 func (a *Agent) Messages(turn session.Turn) []ChatMessage {
 	msgs := make([]ChatMessage, 0, len(turn.History)+2)
 	if a.cfg.SystemPrompt != "" {
@@ -180,10 +182,32 @@ func (a *Agent) Messages(turn session.Turn) []ChatMessage {
 		msgs = append(msgs, ChatMessage{Role: role, Content: content})
 	}
 	for _, m := range turn.History {
-		add(m.Role, m.Content)
+		add(chatRole(m))
 	}
 	add("user", session.InputText(turn.Input))
 	return msgs
+}
+
+// chatRole maps a history message to a chat role and content. system,
+// user and assistant pass as they are. An interrupt (session.RoleInterrupt,
+// content the session.Interrupt as JSON) was the assistant's question:
+// "[interrupt <kind>] <payload JSON>". Any other role is the user's.
+func chatRole(m session.Message) (role, content string) {
+	switch m.Role {
+	case "system", "user", "assistant":
+		return m.Role, m.Content
+	case session.RoleInterrupt:
+		var in session.Interrupt
+		if err := json.Unmarshal([]byte(m.Content), &in); err != nil || in.Kind == "" {
+			return "assistant", m.Content
+		}
+		if len(in.Payload) == 0 {
+			return "assistant", "[interrupt " + in.Kind + "]"
+		}
+		return "assistant", "[interrupt " + in.Kind + "] " + string(in.Payload)
+	default:
+		return "user", m.Content
+	}
 }
 
 // Run implements session.Agent: one streamed chat completion, retried

@@ -163,6 +163,28 @@ func TestMessagesJoinRepeatedRoles(t *testing.T) {
 	}
 }
 
+// TestMessagesMapInterruptRole: the chat API knows system, user and
+// assistant only; an interrupt in the history is sent as the assistant's
+// question (joined to its partial reply), an unknown role as the user's.
+func TestMessagesMapInterruptRole(t *testing.T) {
+	a := &Agent{}
+	turn := session.Turn{Input: textInput("yes"), History: []session.Message{
+		{Role: "user", Content: "deploy?"},
+		{Role: "assistant", Content: "checking", Stopped: true},
+		{Role: session.RoleInterrupt, Content: `{"id":"i1","kind":"approval","payload":{"q":"ok?"},"turn":{"epoch":1,"seq":1}}`},
+		{Role: session.RoleInterrupt, Content: `not json`},
+		{Role: "tool", Content: "t"},
+	}}
+	want := []ChatMessage{
+		{"user", "deploy?"},
+		{"assistant", "checking\n\n[interrupt approval] {\"q\":\"ok?\"}\n\nnot json"},
+		{"user", "t\n\nyes"},
+	}
+	if got := a.Messages(turn); !reflect.DeepEqual(got, want) {
+		t.Fatalf("messages = %q, want %q", got, want)
+	}
+}
+
 // TestConnectRefusedRetriedThenFails: a base URL nobody listens on is
 // tried MaxAttempts times, then the turn fails naming the refusal.
 func TestConnectRefusedRetriedThenFails(t *testing.T) {
