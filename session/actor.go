@@ -57,6 +57,10 @@ type actor struct {
 	// head's turn journal found at thaw, used by its first run here.
 	prev    *Position
 	journal *journal
+	// tailExpired holds the ids of the interrupts an interrupt_expired in
+	// the replay log's tail names (readTail), so a thawed interrupt an
+	// earlier owner expired is not expired again (thawWait).
+	tailExpired []string
 	// wait is the session's newest interrupt (nil: none known).
 	wait *waitState
 	// mode is the session's double-texting mode, set by its first input

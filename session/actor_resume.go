@@ -40,7 +40,9 @@ type turnData struct {
 //     a missed tail of a dead epoch shows as a seq jump;
 //   - sets a.prev, the Prev of this epoch's first event (the log's top, or
 //     the stored position when the log could not be read);
-//   - sets a.journal for an inbox head whose turn started.
+//   - sets a.journal for an inbox head whose turn started;
+//   - notes the interrupts an earlier owner published interrupt_expired for
+//     (a.tailExpired), so the thawed interrupt is not expired twice.
 //
 // A log that cannot be read, or that does not reach back, repairs nothing,
 // leaves the journal unproven (the turn restarts) and prev at the stored
@@ -71,6 +73,16 @@ func (a *actor) readTail(th Thawed) {
 	if err != nil {
 		a.m.tr.Emit("session.journal.unreadable", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
 		evs, complete = nil, false
+	}
+	for _, ev := range evs {
+		if ev.Type == TypeInterruptExpired {
+			var d struct {
+				Interrupt string `json:"interrupt"`
+			}
+			if json.Unmarshal(ev.Data, &d) == nil {
+				a.tailExpired = append(a.tailExpired, d.Interrupt)
+			}
+		}
 	}
 	if complete {
 		logTop := after

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -201,7 +202,10 @@ func (a *actor) thawWait(history []StoredMessage, inbox []InboxEntry) {
 		if json.Unmarshal([]byte(history[i].Content), &iv) != nil {
 			return
 		}
-		w := &waitState{iv: iv}
+		// An earlier owner that published its expiry leaves it in the log's
+		// tail (readTail); the expiry is not published again.
+		w := &waitState{iv: iv, expired: slices.Contains(a.tailExpired, iv.ID)}
+		a.m.tr.Emit("session.interrupt.thawed", "owner", a.m.cfg.Owner, "session", a.id, "interrupt", iv.ID, "expired", w.expired)
 		for _, m := range history[i+1:] {
 			// A completed turn's user message holds its input's data.
 			if m.Role == "user" && answers(TypeResume, []byte(m.Content), iv.ID) {

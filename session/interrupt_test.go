@@ -194,3 +194,58 @@ func TestInterruptEmitRules(t *testing.T) {
 	}
 	waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterrupt), 1)
 }
+
+// An interrupt its owner expired is not expired again by the next owner:
+// owner A publishes interrupt_expired and stops; B thaws the interrupt past
+// its expires_at, finds the expiry in the replay log's tail, and publishes
+// none (the log holds one interrupt_expired); an answer is still refused
+// interrupt_expired there.
+func TestInterruptExpiredOnceAcrossTakeover(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfgA, _, clkA := testConfig(st, "a/1", tr)
+		exp := clkA.Now().Add(time.Second)
+		asking := agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+			if InputText(turn.Input) == "which?" {
+				return Message{}, emit(ctx, TypeInterrupt, Interrupt{ID: "q1", Kind: "pick", ExpiresAt: &exp})
+			}
+			return EchoAgent{}.Run(ctx, turn, emit)
+		})
+		cfgA.Agent = asking
+		a := NewManager(cfgA)
+		if _, err := a.Accept(context.Background(), "s1", textInput("which?", "")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeInterrupt), 1)
+		clkA.Advance(2 * time.Second)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeInterruptExpired), 1)
+		a.Close()
+		st.advance(t, cfgA.LeaseTTL+time.Second)
+
+		cfgB, _, clkB := testConfig(st, "b/1", tr)
+		cfgB.Agent = asking
+		clkB.Advance(exp.Sub(clkB.Now()) + time.Second) // B's clock is past expires_at too
+		b := startManager(t, cfgB)
+		if _, err := b.Accept(context.Background(), "s1", answerInput("q1", "a", "")); !errors.Is(err, ErrInterruptExpired) {
+			t.Fatalf("answer on the next owner = %v, want ErrInterruptExpired", err)
+		}
+		if got := tr.Count(trace.Kind("session.interrupt.thawed", "owner", "b/1", "interrupt", "q1", "expired", true)); got != 1 {
+			t.Fatalf("b/1 thawed q1 as expired %d times, want 1 (the log's tail names its expiry)", got)
+		}
+		// A turn on B goes through its actor after any expiry B could fire.
+		if _, err := b.Accept(context.Background(), "s1", textInput("next", "")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+		n := 0
+		for _, ev := range logEvents(t, st.log, "s1") {
+			if ev.Type == TypeInterruptExpired {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("the log holds %d interrupt_expired, want 1", n)
+		}
+	})
+}
