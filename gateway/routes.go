@@ -41,6 +41,7 @@ func (n *Node) Handler() http.Handler {
 		r.Post("/drain", n.handleAdminDrain)
 		r.Get("/muster", n.handleAdminMuster)
 		r.Get("/viewers", n.handleAdminViewers)
+		n.mountAdminOps(r) // cluster, undrain, nodes/{node}/drain|undrain, stats, sessions/{id}
 		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		r.HandleFunc("/debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {
