@@ -26,10 +26,10 @@ type NodeInfo struct {
 	// not fit a JavaScript number); Owner carries it in base 36.
 	Incarnation string `json:"incarnation"`
 	Mode        string `json:"mode"`
-	Ready    bool   `json:"ready"`
-	Draining bool   `json:"draining"`
-	Sockets  int64  `json:"sockets"`
-	Sessions int    `json:"sessions"`
+	Ready       bool   `json:"ready"`
+	Draining    bool   `json:"draining"`
+	Sockets     int64  `json:"sockets"`
+	Sessions    int    `json:"sessions"`
 	// Cluster is the node's Muster view: status ("ready", "rebalancing",
 	// ...), view hash (hex) and member node names, sorted. Nodes agree on
 	// routing once each is ready with the same view hash.
