@@ -97,9 +97,21 @@ function renderCluster(body) {
   ui.servedBy.textContent = self ? `· served by ${self}` : "";
   ui.nodeCount.textContent = `(${nodes.length} node${nodes.length === 1 ? "" : "s"})`;
   const hashes = new Set(nodes.filter((n) => n.muster).map((n) => n.muster.view_hash));
-  const head = ["node", "status", "owner (lease identity)", "incarnation", "sockets", "sessions", "leases held · taken · handed back", "muster", "view hash", "seen", ""];
+  const head = [
+    ["node"],
+    ["status"],
+    ["owner", "lease owner identity: <node>/<incarnation in base 36>"],
+    ["incarnation", "process incarnation (decimal)"],
+    ["sockets", "", "num"],
+    ["sessions", "", "num"],
+    ["leases", "held now · taken over · handed back by a drain", "num"],
+    ["muster", "routing view status"],
+    ["view hash", "Muster view hash: nodes agree on routing when every one is ready with the same hash"],
+    ["seen", "when this node last received the status"],
+    [""],
+  ];
   ui.cluster.replaceChildren(
-    h("thead", {}, h("tr", {}, ...head.map((c) => h("th", { text: c })))),
+    h("thead", {}, h("tr", {}, ...head.map(([c, title, cls]) => h("th", { text: c, title: title || null, class: cls || null })))),
     h(
       "tbody",
       {},

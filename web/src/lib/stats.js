@@ -105,7 +105,7 @@ export class LineChart {
     const P = { l: 38, r: 8, t: 8, b: 16 };
     const { series, title, unit } = this.opts;
     const values = this.points.flatMap((p) => series.map((s) => p[s.key])).filter((v) => typeof v === "number");
-    const max = Math.max(1e-9, ...values) * 1.15;
+    const max = (values.some((v) => v > 0) ? Math.max(...values) : 1) * 1.15;
     const x = (i) => P.l + ((W - P.l - P.r) * i) / Math.max(1, this.keep - 1);
     const y = (v) => H - P.b - ((H - P.t - P.b) * v) / max;
     const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": title });
@@ -130,6 +130,10 @@ export class LineChart {
         pen = true;
       });
       if (d) root.append(svg("path", { d, stroke: s.color, class: "series" }));
+      // The latest point as a dot, so a single point shows too.
+      let i = this.points.length - 1;
+      while (i >= 0 && typeof this.points[i][s.key] !== "number") i--;
+      if (i >= 0) root.append(svg("circle", { cx: x(i + offset), cy: y(this.points[i][s.key]), r: 2.6, fill: s.color }));
     }
     const last = {};
     const cap = document.createElement("figcaption");
