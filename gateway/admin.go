@@ -128,6 +128,7 @@ func (n *Node) drainEnded() {
 	n.drainMu.Lock()
 	n.drained = true
 	n.drainMu.Unlock()
+	n.tracer.Emit("gateway.drained", "node", n.name)
 }
 
 // Undrain ends an ended drain without a restart: the endpoint takes sockets
@@ -159,6 +160,7 @@ func (n *Node) Undrain() error {
 	n.drained = false
 	n.draining.Store(false)
 	n.log.Info("undrained: taking sockets, events and sessions again")
+	n.tracer.Emit("gateway.undrained", "node", n.name)
 	return nil
 }
 

@@ -75,7 +75,7 @@ type Leases struct {
 }
 
 // MusterStatus is a node's Muster view: Status ("converging", "ready",
-// ...), Ready (Status is "ready"), ViewHash (formatViewHash), the scope's
+// ..., or "left" once a drain handed the router role back), Ready (Status is "ready"), ViewHash (formatViewHash), the scope's
 // Incarnation (decimal; a new one after a restart or an undrain) and the
 // member node names, sorted.
 type MusterStatus struct {
@@ -115,9 +115,12 @@ func (n *Node) Status() NodeStatus {
 		st.Status = "ready"
 	}
 	if n.scope != nil {
-		status := n.scope.Status()
+		status := n.scope.Status().String()
+		if n.scope.Draining() {
+			status = "left" // handed its router role back: peers no longer count it
+		}
 		st.Muster = &MusterStatus{
-			Status: status.String(), Ready: status.String() == "ready", ViewHash: formatViewHash(n.scope.ViewHash()),
+			Status: status, Ready: status == "ready", ViewHash: formatViewHash(n.scope.ViewHash()),
 			Incarnation: strconv.FormatUint(n.scope.Incarnation(), 10), Members: n.scope.Members(),
 		}
 	}
@@ -198,24 +201,35 @@ func (o *opsStatus) publish() {
 
 // receive keeps a peer's status. A message that does not decode, names no
 // node or names this one is dropped.
-func (o *opsStatus) receive(m *nats.Msg) {
-	if len(m.Data) > opsMaxMessage {
-		return
+func (o *opsStatus) receive(m *nats.Msg) { o.accept(m.Data, time.Now()) }
+
+// accept decodes and keeps one status message received at now; it reports
+// whether the message was kept. Refused: more than opsMaxMessage bytes, not
+// a NodeStatus JSON object, no name or a name over 253 bytes, or this
+// node's own name.
+func (o *opsStatus) accept(b []byte, now time.Time) bool {
+	if len(b) > opsMaxMessage {
+		return false
 	}
 	var st NodeStatus
-	if err := json.Unmarshal(m.Data, &st); err != nil || st.Name == "" || st.Name == o.n.name {
-		return
+	if err := json.Unmarshal(b, &st); err != nil || st.Name == "" || len(st.Name) > 253 || st.Name == o.n.name {
+		return false
 	}
+	st.AgeMS = 0
 	o.mu.Lock()
-	o.peers[st.Name] = peerStatus{st: st, seen: time.Now()}
+	o.peers[st.Name] = peerStatus{st: st, seen: now}
 	o.mu.Unlock()
+	o.n.tracer.Emit("ops.status", "node", o.n.name, "from", st.Name, "status", st.Status)
+	return true
 }
 
 // cluster returns this node's status and every peer status younger than
 // opsStatusAge intervals, sorted by node name; older ones are forgotten.
-func (o *opsStatus) cluster() []NodeStatus {
-	now := time.Now()
-	out := []NodeStatus{o.n.Status()}
+func (o *opsStatus) cluster() []NodeStatus { return o.view(o.n.Status(), time.Now()) }
+
+// view is cluster with this node's status self, at now.
+func (o *opsStatus) view(self NodeStatus, now time.Time) []NodeStatus {
+	out := []NodeStatus{self}
 	o.mu.Lock()
 	for name, p := range o.peers {
 		if now.Sub(p.seen) > opsStatusAge*o.every {
