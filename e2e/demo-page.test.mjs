@@ -19,6 +19,9 @@ const WAIT = { timeout: 60_000, polling: 100 };
 const WORDS = 60; // the echo agent streams one delta per word, ECHO_DELAY apart
 const text = (tag) => Array.from({ length: WORDS }, (_, i) => `${tag}${i}`).join(" ");
 
+// Each test's failure bound (above the suite's default, for the takeover waits).
+const TEST_TIMEOUT = 180_000;
+
 /** @type {import("./gateway.mjs").Gateway[]} */
 let gws = [];
 let browser;
@@ -64,6 +67,7 @@ const lastReplyState = () => {
 
 test(
   "the page shows the turn's owner, and a turn whose owner is killed mid-stream ends resumed or failed",
+  { timeout: TEST_TIMEOUT },
   withLogs(async (page) => {
     const [a, b] = gws;
     const id = uniqueId("demo-");
@@ -105,6 +109,7 @@ test(
 
 test(
   "a delta the page never receives makes it rejoin from its last contiguous event",
+  { timeout: TEST_TIMEOUT },
   withLogs(async (page) => {
     const c = gws[2];
     const id = uniqueId("gap-");

@@ -15,6 +15,9 @@ import { dropSchemas } from "./stores.mjs";
 // Failure bounds for DOM conditions, not expectations of speed.
 const WAIT = { timeout: 45_000, polling: 100 };
 
+// Each test's failure bound (above the suite's default, for the takeover waits).
+const TEST_TIMEOUT = 180_000;
+
 /** @type {import("./gateway.mjs").Gateway[]} */
 let gws = [];
 let browser;
@@ -70,6 +73,7 @@ async function openOps(page, gw) {
 
 test(
   "the ops page on one node lists every node with exact ids, charts traffic, looks a session up",
+  { timeout: TEST_TIMEOUT },
   withLogs(async (page) => {
     const [a, b] = gws;
     await openOps(page, a);
@@ -149,6 +153,7 @@ test(
 
 test(
   "the drain and undrain buttons move another node to drained and back to ready",
+  { timeout: TEST_TIMEOUT },
   withLogs(async (page) => {
     const [a, , c] = gws;
     await openOps(page, a);
@@ -175,6 +180,7 @@ test(
 
 test(
   "a refused admin token clears the page and says so",
+  { timeout: TEST_TIMEOUT },
   withLogs(async (page) => {
     const [a] = gws;
     await openOps(page, a);

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +153,23 @@ func FuzzOpsStatusAccept(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A missing asset answers the API's JSON 404; a present one is served.
+func TestMissingAssetIsJSON404(t *testing.T) {
+	_, srv, _ := testNode(t, nil)
+	for _, p := range []string{"/assets/nope.js", "/assets/", "/static/nope.css", "/assets/../static/index.html"} {
+		status, hdr, body := do(t, "GET", srv.URL+p, "", "", "")
+		if status != http.StatusNotFound || body["error"] != CodeNotFound || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
+			t.Fatalf("GET %s: %d %v %v", p, status, hdr, body)
+		}
+	}
+	resp, err := http.Get(srv.URL + "/static/style.css")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /static/style.css: %d", resp.StatusCode)
+	}
 }

@@ -97,6 +97,6 @@ func (n *Node) mountWeb(r chi.Router) {
 	}
 	r.Get("/", page("index.html"))
 	r.Get("/ops", page("ops.html"))
-	r.Handle("/static/*", http.StripPrefix("/static/", http.FileServerFS(static)))
-	r.Handle("/assets/*", http.StripPrefix("/assets/", http.FileServerFS(dist)))
+	r.Handle("/static/*", assetHandler("/static/", static))
+	r.Handle("/assets/*", assetHandler("/assets/", dist))
 }
