@@ -209,7 +209,8 @@ class SessionView {
   onJoined(reply) {
     const r = reply || {};
     this.rejoining = false;
-    setPill(ui.channelState, `joined · replayed ${r.replayed ?? 0}`, "ok");
+    const gaps = this.rejoins ? ` · ${this.rejoins} gap rejoin${this.rejoins > 1 ? "s" : ""}` : "";
+    setPill(ui.channelState, `joined · replayed ${r.replayed ?? 0}${gaps}`, "ok");
     ui.node.textContent = r.node || "—";
     if (r.owner) ui.owner.textContent = r.owner;
     this.replayLeft = Number(r.replayed) || 0;
