@@ -6,7 +6,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 5s
 PKGS := ./...
 
-.PHONY: run build web test lint unit fuzz e2e services bench chaos load cluster load-cluster check-image check-k8s kubeconform clean
+.PHONY: run build web test lint unit fuzz e2e chromium services bench chaos load cluster load-cluster check-image check-k8s kubeconform clean
 
 run: web
 	$(GO) run ./cmd/gateway
@@ -44,8 +44,15 @@ unit:
 fuzz:
 	@scripts/fuzz.sh $(FUZZTIME)
 
-e2e: build
+# The end-to-end suite, browser tests included (headless Chromium driven by
+# playwright-core; screenshots in e2e/artifacts/screenshots/).
+e2e: build chromium
 	npm run --silent test:e2e
+
+# Debian's chromium for the browser tests, installed with apt-get when missing
+# (scripts/chromium.sh; fails with a message when it cannot).
+chromium:
+	@scripts/chromium.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -463,6 +463,19 @@ func (e *Endpoint) Shutdown(ctx context.Context) error {
 	}
 }
 
+// Resume undoes Shutdown: new sockets are accepted again (the ops page's
+// undrain). Sockets Shutdown closed stay closed; a Shutdown still running
+// goes on closing the sockets it listed. No-op unless shut down.
+func (e *Endpoint) Resume() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.draining {
+		return
+	}
+	e.draining = false
+	e.drained = make(chan struct{})
+}
+
 // Drain spacing: without a deadline batches go drainSpacing apart; never
 // closer than drainMinGap (a batch grows instead).
 const (

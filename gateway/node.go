@@ -63,6 +63,9 @@ type Node struct {
 	readiness readiness
 
 	draining  atomic.Bool
+	drainMu   sync.Mutex     // orders a drain's end and an undrain
+	drained   bool           // guarded by drainMu: the drain that draining marks has returned
+	ops       *opsStatus     // the cluster's node statuses (ops page)
 	bg        sync.WaitGroup // admin-started drains
 	closeOnce sync.Once
 	closers   []func()
@@ -211,6 +214,10 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		n.readyLoop(pctx, probes, cfg.ReadyInterval)
 	}()
 	n.closers = append(n.closers, pcancel)
+	if err := n.startOpsStatus(); err != nil {
+		n.Close()
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -279,7 +286,8 @@ func (n *Node) owner(ctx context.Context, id string) (session.Lease, string) {
 const recoverBatch = 100
 
 // recoverLoop runs the inboxes dead owners left behind (session.Manager.Recover)
-// at start and then every lease TTL, until ctx ends or the node drains.
+// at start and then every lease TTL, until ctx ends; passes are skipped while
+// the node drains.
 func (n *Node) recoverLoop(ctx context.Context, every time.Duration) {
 	t := time.NewTimer(0)
 	defer t.Stop()
@@ -290,12 +298,14 @@ func (n *Node) recoverLoop(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 		if n.draining.Load() {
-			return
+			t.Reset(every) // a drained node may be undrained: look again then
+			continue
 		}
 		started, err := n.manager.Recover(ctx, recoverBatch)
 		switch {
-		case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrDraining), ctx.Err() != nil:
+		case errors.Is(err, session.ErrClosed), ctx.Err() != nil:
 			return
+		case errors.Is(err, session.ErrDraining):
 		case err != nil:
 			n.log.Warn("recovering unfinished sessions failed", zap.Error(err))
 		case started > 0:
@@ -320,6 +330,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		return nil
 	}
 	n.log.Info("draining")
+	defer n.drainEnded()
 	turns := ctx
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc

@@ -41,6 +41,7 @@ func (n *Node) Handler() http.Handler {
 		r.Post("/drain", n.handleAdminDrain)
 		r.Get("/muster", n.handleAdminMuster)
 		r.Get("/viewers", n.handleAdminViewers)
+		n.mountAdminOps(r) // cluster, undrain, nodes/{node}/drain|undrain, stats, sessions/{id}
 		r.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		r.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		r.HandleFunc("/debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -96,6 +97,6 @@ func (n *Node) mountWeb(r chi.Router) {
 	}
 	r.Get("/", page("index.html"))
 	r.Get("/ops", page("ops.html"))
-	r.Handle("/static/*", http.StripPrefix("/static/", http.FileServerFS(static)))
-	r.Handle("/assets/*", http.StripPrefix("/assets/", http.FileServerFS(dist)))
+	r.Handle("/static/*", assetHandler("/static/", static))
+	r.Handle("/assets/*", assetHandler("/assets/", dist))
 }

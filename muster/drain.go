@@ -105,6 +105,25 @@ func (s *Scope) Drain(ctx context.Context) error {
 	}
 }
 
+// Rejoin ends a drain: the coordinator restarts as after a crash (a fresh
+// incarnation, discovery broadcast), so peers add this node back and routing
+// converges again; joins are accepted once it is ready. It returns at once
+// (watch Status), ErrClosed after Close, and is a no-op when not draining.
+func (s *Scope) Rejoin() error {
+	if !s.draining.Load() {
+		return nil
+	}
+	if err := s.usable(); err != nil {
+		return fmt.Errorf("muster: rejoin: %w", err)
+	}
+	s.coord.mbox.postAsync(&resetReq{"rejoin after drain"})
+	return nil
+}
+
+// Draining reports whether Drain has started and no Rejoin restart has
+// ended it yet.
+func (s *Scope) Draining() bool { return s.draining.Load() }
+
 func (c *coordinator) startDrain(reply chan error) {
 	s := c.s
 	if c.drain != nil {

@@ -107,7 +107,7 @@ func (s *Scope) Dump() Dump {
 func (d Dump) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Muster %s @ %s (incarnation %d)\n", d.Scope, d.Node, d.Incarnation)
-	fmt.Fprintf(&b, "  status: %s\n  view_hash: %d\n", d.Status, d.ViewHash)
+	fmt.Fprintf(&b, "  status: %s\n  view_hash: %016x\n", d.Status, d.ViewHash)
 	ms := make([]string, len(d.Members))
 	for i, m := range d.Members {
 		ms[i] = m.String()
@@ -121,7 +121,7 @@ func (d Dump) String() string {
 		v, ok := d.PeerViews[p]
 		view := "(no announcement)"
 		if ok {
-			view = fmt.Sprintf("view %d at %s", v.Hash, v.Seq)
+			view = fmt.Sprintf("view %016x at %s", v.Hash, v.Seq)
 			if v.Transition {
 				view = fmt.Sprintf("in transition at %s", v.Seq)
 			}

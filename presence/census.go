@@ -485,6 +485,19 @@ func (c *Census) Counts() map[string]int {
 	return out
 }
 
+// CountsByNode returns group's count per node: this node's, read now, and
+// every registered peer's latest broadcast (0 when it has none there).
+func (c *Census) CountsByNode(group string) map[string]int {
+	ext := c.external()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{c.self: c.localLocked(ext)[group]}
+	for name, p := range c.peers {
+		out[name] = max(p.counts[group], 0)
+	}
+	return out
+}
+
 // Incarnation returns this node's current incarnation: CensusConfig's, or
 // a higher one taken after a peer declared it dead.
 func (c *Census) Incarnation() uint64 {

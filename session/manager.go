@@ -500,6 +500,27 @@ func (m *Manager) Drain(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Undrain ends a finished Drain: new input is accepted again and sessions
+// are claimed as before (each by a fresh lease claim, so a session another
+// node took meanwhile stays there). Call it only after Drain returned; it
+// returns ErrClosed after Close, and is a no-op when not draining.
+func (m *Manager) Undrain() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	if !m.draining {
+		return nil
+	}
+	m.draining = false
+	m.drainStart = make(chan struct{})
+	m.drainCancel = make(chan struct{})
+	m.cancelOnce = sync.Once{}
+	m.tr.Emit("session.undrain", "owner", m.cfg.Owner)
+	return nil
+}
+
 // Close stops every actor without handing leases back (they lapse after
 // their TTL, as after a crash; call Drain first for a clean hand-back), and
 // waits for all goroutines. Close is idempotent.

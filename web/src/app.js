@@ -1,7 +1,7 @@
 // The demo conversation page: one phoenix Socket, one session channel at a time.
 //
 // Joins "session:<id>" with the last event seen (so a rejoin after a reconnect resumes
-// without a gap), renders the streaming reply as deltas arrive, shows the (epoch, seq) of
+// without a gap; an event past a gap makes it leave and rejoin, README "Gaps"), renders the streaming reply as deltas arrive, shows the (epoch, seq) of
 // every event, which node serves the socket (join reply "node") and which owns the
 // session (join reply "owner", refreshed from GET /api/sessions/{id}), and sends "message" pushes that follow the
 // gateway's retry directives. Event types an agent passes through (tool_call, tool_result,
@@ -127,27 +127,39 @@ class SessionView {
     this.bubble = null; // the assistant bubble being streamed
     this.running = ""; // the turn id "<epoch>-<seq>" streaming now ("" when none)
     this.closed = false;
+    this.socket = sock;
+    this.rejoins = 0; // rejoins after a seq gap (README "Gaps")
+    this.rejoining = false;
     ui.messages.replaceChildren();
     ui.events.replaceChildren();
-    this.channel = sock.channel(`session:${id}`, () => ({
+    document.body.dataset.rejoins = "0";
+    this.joinChannel();
+  }
+
+  /** Joins the session topic on a new channel, from the last event applied. */
+  joinChannel() {
+    const ch = this.socket.channel(`session:${this.id}`, () => ({
       last_event: this.cursor || { epoch: 0, seq: 0 },
     }));
+    this.channel = ch;
     // Every session event, whatever its type (agents add their own): the hook sees each
-    // message before the channel's bindings.
-    this.channel.onMessage = (event, payload) => {
-      if (isSessionEvent(event, payload)) this.onEvent(event, payload);
+    // message before the channel's bindings. A channel left for a rejoin is ignored.
+    ch.onMessage = (event, payload) => {
+      if (ch === this.channel && isSessionEvent(event, payload)) this.onEvent(event, payload);
       return payload;
     };
-    this.channel.onError(() => {
+    ch.onError(() => {
+      if (ch !== this.channel) return;
       if (!this.closed) setPill(ui.channelState, "rejoining", "warn");
       enableCompose(false); // until the rejoin's reply (onJoined)
     });
-    this.channel.onClose(() => {
+    ch.onClose(() => {
+      if (ch !== this.channel) return;
       if (!this.closed) setPill(ui.channelState, "closed by server", "bad");
       enableCompose(false);
     });
     setPill(ui.channelState, "joining", "warn");
-    this.channel
+    ch
       .join()
       .receive("ok", (reply) => this.onJoined(reply))
       .receive("error", (reply) => {
@@ -166,9 +178,39 @@ class SessionView {
     this.channel.leave();
   }
 
+  /**
+   * README "Gaps": an event whose seq is more than one past the last event held (same
+   * epoch), or a new epoch's event that does not continue from it (its prev is after the
+   * last event held, or it is not the epoch's first event, which carries prev), means
+   * events were missed.
+   */
+  isGap(c, payload) {
+    const last = this.cursor;
+    if (!last || (last.epoch === 0 && last.seq === 0)) return false;
+    if (c.epoch === last.epoch) return c.seq > last.seq + 1;
+    const prev = payload.prev;
+    if (!prev) return true;
+    return compareCursor(last, cursorOf(prev)) < 0;
+  }
+
+  /** Leaves the topic and joins it again from the last contiguous event (the replay fills the gap). */
+  rejoin(at) {
+    if (this.rejoining || this.closed) return;
+    this.rejoining = true;
+    this.rejoins++;
+    document.body.dataset.rejoins = String(this.rejoins);
+    ui.events.prepend(
+      h("tr", { class: "gap" }, h("td", { class: "mono", text: formatCursor(at) }), h("td", {}, h("span", { class: "type type-gap", text: "gap" })), h("td", { class: "data", text: `missed events after ${formatCursor(this.cursor)}: rejoining from there` })),
+    );
+    this.channel.leave();
+    this.joinChannel();
+  }
+
   onJoined(reply) {
     const r = reply || {};
-    setPill(ui.channelState, `joined · replayed ${r.replayed ?? 0}`, "ok");
+    this.rejoining = false;
+    const gaps = this.rejoins ? ` · ${this.rejoins} gap rejoin${this.rejoins > 1 ? "s" : ""}` : "";
+    setPill(ui.channelState, `joined · replayed ${r.replayed ?? 0}${gaps}`, "ok");
     ui.node.textContent = r.node || "—";
     if (r.owner) ui.owner.textContent = r.owner;
     this.replayLeft = Number(r.replayed) || 0;
@@ -229,6 +271,11 @@ class SessionView {
     if (this.closed || !payload) return;
     const c = cursorOf(payload);
     if (this.cursor && compareCursor(c, this.cursor) <= 0) return; // seen already
+    if (this.rejoining) return; // the rejoin's replay brings it
+    if (this.isGap(c, payload)) {
+      this.rejoin(c);
+      return;
+    }
     const replayed = this.replayLeft > 0;
     if (replayed) this.replayLeft--;
     this.setCursor(c);
@@ -387,9 +434,11 @@ class SessionView {
         this.setRunning(turnId(data.turn));
         break;
       case "turn_resumed":
-        // Another node continues the turn after the deltas already shown.
+        // Another node continues the turn after the deltas already shown: it owns the
+        // session now.
         if (!this.bubble) this.bubble = this.addBubble("assistant", "", "streaming");
         this.setRunning(turnId(data.turn));
+        this.refreshOwner();
         break;
       case "delta":
         this.appendText(typeof data.text === "string" ? data.text : "");
