@@ -172,8 +172,37 @@ var ErrInvalidControl = errors.New("session: unknown control op")
 // the session is never applied there: its claim names the new holder (the
 // control is forwarded there) or its write is fenced (refused with a retry
 // directive).
+//
+// A stop of a session the store has never seen (no actor here, no stored
+// row: no input was ever accepted, so no turn can run) is answered
+// not_running at once, without claiming its lease: a stop creates no
+// session.
 func (m *Manager) Control(ctx context.Context, id string, c Control) Outcome {
+	if c.Op == OpStop && m.neverSeen(ctx, id) {
+		m.tr.Emit("session.control.unknown", "owner", m.cfg.Owner, "session", id, "turn", c.Turn.String())
+		return Outcome{Kind: OutcomeAccepted, Accepted: Accepted{Session: id, Control: &ControlResult{Turn: c.Turn, Reason: ReasonNotRunning}}}
+	}
 	return m.route(ctx, id, Input{}, &c)
+}
+
+// neverSeen reports whether session id has no actor on this node and no
+// row in the session store (one read within ReadTimeout). An invalid id, or
+// a store that cannot be read, is not "never seen": the caller routes as
+// usual and gets the usual answer.
+func (m *Manager) neverSeen(ctx context.Context, id string) bool {
+	if !ValidID(id) {
+		return false
+	}
+	m.mu.Lock()
+	_, live := m.actors[id]
+	m.mu.Unlock()
+	if live {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadTimeout)
+	defer cancel()
+	_, ok, err := m.cfg.Store.Read(ctx, id, HistoryQuery{})
+	return err == nil && !ok
 }
 
 // control applies a control in the actor goroutine.

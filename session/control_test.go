@@ -319,3 +319,34 @@ func TestDoubleTextingSetByFirstInput(t *testing.T) {
 		close(bb.release)
 	})
 }
+
+// A stop of a session never seen answers not_running and creates nothing:
+// no lease is claimed, no session row is written, no actor starts. The
+// session's first event then starts at epoch 1 as any new session does.
+func TestStopOfUnknownSessionCreatesNothing(t *testing.T) {
+	forEachStores(t, func(t *testing.T, newStores func(t *testing.T) *stores) {
+		st := newStores(t)
+		tr := trace.New()
+		cfg, _, _ := testConfig(st, "a/1", tr)
+		m := startManager(t, cfg)
+		ctx := context.Background()
+		if r := stop(t, m, "never", Position{Epoch: 1, Seq: 1}); r.Stopped || r.Reason != ReasonNotRunning || r.Running != nil {
+			t.Fatalf("stop in an unknown session = %+v, want not_running", r)
+		}
+		if n := tr.Count(trace.Kind("session.control.unknown", "session", "never")); n != 1 {
+			t.Fatalf("answered as unknown %d times, want 1", n)
+		}
+		if _, ok, err := cfg.Leases.Get(ctx, "never"); err != nil || ok {
+			t.Fatalf("lease after the stop: ok %v err %v, want none", ok, err)
+		}
+		if _, ok, err := cfg.Store.Read(ctx, "never", HistoryQuery{}); err != nil || ok {
+			t.Fatalf("session row after the stop: ok %v err %v, want none", ok, err)
+		}
+		if len(m.Sessions()) != 0 {
+			t.Fatalf("actors after the stop: %+v, want none", m.Sessions())
+		}
+		if acc := submit(t, m, "never", "hello"); acc.Epoch != 1 || acc.Seq != 1 {
+			t.Fatalf("first event after the stop accepted at %+v, want 1-1", acc)
+		}
+	})
+}
