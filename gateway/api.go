@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"github.com/relaygw/relay/session"
 )
 
@@ -128,9 +130,13 @@ func (n *Node) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return body, true
 }
 
-// handlePostEvent serves POST /api/sessions/{id}/events.
+// handlePostEvent serves POST /api/sessions/{id}/events. Its span
+// (spanPostEvent) continues a W3C traceparent the request carries.
 func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	ctx, span := n.startHTTPSpan(r, spanPostEvent)
+	defer span.End()
+	r = r.WithContext(ctx)
 	id, ok := n.sessionParam(w, r)
 	if !ok {
 		return
@@ -144,8 +150,10 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, asAPIError(err))
 		return
 	}
+	span.SetAttributes(attribute.String("relay.session", id))
 	acc, aerr := n.submit(r.Context(), id, in)
 	if aerr != nil {
+		span.SetStatus(codes.Error, aerr.Code)
 		writeError(w, aerr)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -81,6 +82,7 @@ type actorView struct {
 type submitReq struct {
 	in    Input
 	ctl   *Control
+	trace oteltrace.SpanContext // the accepting span (an input's turn starts under it)
 	reply chan submitReply // buffered 1
 }
 

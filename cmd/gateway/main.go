@@ -20,6 +20,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/relaygw/relay/gateway"
 	"github.com/relaygw/relay/internal/buildinfo"
+	"github.com/relaygw/relay/internal/telemetry"
+	"go.opentelemetry.io/otel"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -73,7 +75,25 @@ func run(cfg gateway.Config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	node, err := gateway.New(ctx, cfg, gateway.Options{Logger: log})
+	tracing, err := telemetry.Setup(ctx, bi.Version)
+	if err != nil {
+		return err
+	}
+	opts := gateway.Options{Logger: log}
+	if tracing.Exporter != telemetry.ExporterNone {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: export failed", zap.Error(err)) }))
+		opts.TracerProvider = tracing.Provider
+		log.Info("tracing on", zap.String("exporter", tracing.Exporter), zap.String("endpoint", tracing.Endpoint))
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracing.Shutdown(sctx); err != nil {
+				log.Warn("tracing: flush at exit", zap.Error(err))
+			}
+		}()
+	}
+
+	node, err := gateway.New(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}
