@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
@@ -292,10 +293,17 @@ func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, er
 	}
 	ctx, span := m.otr.Start(ctx, spanAccept, oteltrace.WithAttributes(sessionAttr(id)))
 	acc, err := m.claimAndSubmit(ctx, id, &submitReq{in: in, trace: span.SpanContext()})
-	if err == nil {
+	var held *LeaseHeldError
+	spanErr := err
+	switch {
+	case err == nil:
 		span.SetAttributes(posAttrs(acc.Pos())...)
+	case errors.As(err, &held):
+		// Not a failure: Submit forwards to the holder.
+		span.SetAttributes(attribute.String("relay.lease.holder", held.Holder))
+		spanErr = nil
 	}
-	endSpan(span, err)
+	endSpan(span, spanErr)
 	return acc, err
 }
 
