@@ -14,9 +14,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/relaygw/relay/session"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"github.com/relaygw/relay/session"
 )
 
 // acceptedBody is the 202 response of an event POST and the ok reply of a

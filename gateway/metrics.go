@@ -29,7 +29,7 @@ type metrics struct {
 	turnDuration  *prometheus.HistogramVec // by outcome (session.Config.OnTurnEnd)
 	// session.Config.OnTiming, by session.Timing.
 	timings map[session.Timing]prometheus.Histogram
-	pubsub        *pubsub.Metrics          // published, deliveries, node messages, floods, errors
+	pubsub  *pubsub.Metrics // published, deliveries, node messages, floods, errors
 }
 
 func newMetrics() *metrics {

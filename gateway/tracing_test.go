@@ -28,7 +28,9 @@ type spanLog struct {
 	ch  chan struct{} // signalled after each ended span
 }
 
-func newSpanLog() *spanLog { return &spanLog{rec: tracetest.NewSpanRecorder(), ch: make(chan struct{}, 1)} }
+func newSpanLog() *spanLog {
+	return &spanLog{rec: tracetest.NewSpanRecorder(), ch: make(chan struct{}, 1)}
+}
 
 // provider returns node name's tracer provider: spans carry
 // service.instance.id=name and go to the shared recorder.

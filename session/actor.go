@@ -83,7 +83,7 @@ type submitReq struct {
 	in    Input
 	ctl   *Control
 	trace oteltrace.SpanContext // the accepting span (an input's turn starts under it)
-	reply chan submitReply // buffered 1
+	reply chan submitReply      // buffered 1
 }
 
 type submitReply struct {
