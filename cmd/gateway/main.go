@@ -29,6 +29,7 @@ import (
 // cli is the command line: `gateway [flags]` runs a node (serve is the
 // default command), `gateway token` mints a JWT, `gateway secret` prints a
 // random secret, `gateway drain` starts a running node's drain, `gateway
+// migrate up|down|status` manages the database schema, `gateway
 // --version` prints the build.
 type cli struct {
 	Version kong.VersionFlag `help:"Print the version, commit and Go version, and exit."`
@@ -36,6 +37,7 @@ type cli struct {
 	Token   tokenCmd         `cmd:"" help:"Mint a JWT for sockets and the API, signed with JWT_SECRET."`
 	Secret  secretCmd        `cmd:"" help:"Print a random hex secret (for JWT_SECRET, API_KEYS or ADMIN_TOKEN)."`
 	Drain   drainCmd         `cmd:"" help:"Start a node's drain through its admin API (POST /admin/drain); --wait waits until it is empty (the Kubernetes preStop hook)."`
+	Migrate migrateCmd       `cmd:"" help:"Apply, roll back or list the Postgres migrations of DATABASE_URL's schema (nodes apply pending ones at start)."`
 }
 
 type serveCmd struct {
