@@ -24,7 +24,6 @@ import (
 // its own provider, as separate processes would) and wakes waiters.
 type spanLog struct {
 	rec *tracetest.SpanRecorder
-	mu  sync.Mutex
 	ch  chan struct{} // signalled after each ended span
 }
 
