@@ -136,7 +136,6 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	ctx, span := n.startHTTPSpan(r, spanPostEvent)
 	defer span.End()
-	r = r.WithContext(ctx)
 	id, ok := n.sessionParam(w, r)
 	if !ok {
 		return
@@ -150,8 +149,10 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, asAPIError(err))
 		return
 	}
-	span.SetAttributes(attribute.String("relay.session", id))
-	acc, aerr := n.submit(r.Context(), id, in)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("relay.session", id))
+	}
+	acc, aerr := n.submit(ctx, id, in)
 	if aerr != nil {
 		span.SetStatus(codes.Error, aerr.Code)
 		writeError(w, aerr)

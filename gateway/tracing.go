@@ -22,19 +22,23 @@ const spanPostEvent = "POST /api/sessions/{id}/events"
 // tracestate) from request headers.
 var httpPropagator = propagation.TraceContext{}
 
-// tracerOf returns tp's tracer for the gateway's spans (a no-op one for a
-// nil tp).
+// tracerOf returns tp's tracer for the gateway's spans (nil: tracing off,
+// for a nil tp).
 func tracerOf(tp oteltrace.TracerProvider) oteltrace.Tracer {
 	if tp == nil {
-		tp = noop.NewTracerProvider()
+		return nil
 	}
 	return tp.Tracer(tracerName)
 }
 
 // startHTTPSpan starts the server span name for r, under the trace
-// context r's headers carry (if any).
+// context r's headers carry (if any). With tracing off it returns r's
+// context and a no-op span, building nothing.
 func (n *Node) startHTTPSpan(r *http.Request, name string) (context.Context, oteltrace.Span) {
 	ctx := r.Context()
+	if n.otr == nil {
+		return ctx, noop.Span{}
+	}
 	if r.Header.Get("traceparent") != "" {
 		ctx = httpPropagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
 	}

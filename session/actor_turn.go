@@ -353,9 +353,11 @@ func (a *actor) startTurn() {
 		run.partial.WriteString(resume.Text)
 	}
 	run.started = a.m.clock.Now()
-	run.ctx, run.span = a.m.otr.Start(turnContext(run.ctx, p), spanTurn, oteltrace.WithAttributes(
-		sessionAttr(a.id), attribute.Int64("relay.input.epoch", p.Epoch), attribute.Int64("relay.input.seq", p.Seq),
-		attribute.Int("relay.turn.attempt", attempt), attribute.Bool("relay.turn.resumed", resume != nil)))
+	run.ctx, run.span = a.m.startSpan(turnContext(run.ctx, p), spanTurn, oteltrace.SpanKindInternal, a.id)
+	if run.span.IsRecording() {
+		run.span.SetAttributes(attribute.Int64("relay.input.epoch", p.Epoch), attribute.Int64("relay.input.seq", p.Seq),
+			attribute.Int("relay.turn.attempt", attempt), attribute.Bool("relay.turn.resumed", resume != nil))
+	}
 	a.turn = run
 	ctx := run.ctx
 	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
@@ -447,12 +449,14 @@ func (a *actor) handleEmit(req *emitReq) {
 // reports the time since the turn's start (TimingFirstDelta).
 func (a *actor) emitFirstDelta(req *emitReq) error {
 	t := a.turn
-	_, span := a.m.otr.Start(t.ctx, spanFirstDelta, oteltrace.WithAttributes(sessionAttr(a.id)))
+	_, span := a.m.startSpan(t.ctx, spanFirstDelta, oteltrace.SpanKindInternal, a.id)
 	ev, err := a.emit(req.typ, req.data)
 	if err == nil {
 		t.delta = true
 		t.addPartial(req.typ, req.data)
-		span.SetAttributes(posAttrs(ev.Pos())...)
+		if span.IsRecording() {
+			span.SetAttributes(posAttrs(ev.Pos())...)
+		}
 		a.m.timing(TimingFirstDelta, a.m.clock.Now().Sub(t.started))
 	}
 	endSpan(span, err)
@@ -507,7 +511,7 @@ func (a *actor) finishTurn(res turnResult) {
 	// The trace points of the turn-end write keep the name "checkpoint".
 	a.m.tr.Emit("session.checkpoint.before", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq)
 	rec := TurnRecord{Input: t.input.pos(), Messages: msgs, Seq: a.seq + reserve}
-	_, cspan := a.m.otr.Start(t.ctx, spanCheckpoint, oteltrace.WithAttributes(sessionAttr(a.id)))
+	_, cspan := a.m.startSpan(t.ctx, spanCheckpoint, oteltrace.SpanKindInternal, a.id)
 	cstart := a.m.clock.Now()
 	err := a.completeTurn(rec)
 	a.m.timing(TimingCheckpoint, a.m.clock.Now().Sub(cstart))

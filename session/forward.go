@@ -229,16 +229,17 @@ func (m *Manager) HandleForward(ctx context.Context, req ForwardRequest) (rep Fo
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
-	ctx, span := m.otr.Start(ctx, spanServe, oteltrace.WithSpanKind(oteltrace.SpanKindServer),
-		oteltrace.WithAttributes(sessionAttr(req.Session)))
-	defer func() {
-		if rep.Error != nil {
-			span.SetAttributes(attribute.String("relay.error", rep.Error.Code))
-			endSpan(span, rep.Error)
-			return
-		}
-		span.End()
-	}()
+	ctx, span := m.startSpan(ctx, spanServe, oteltrace.SpanKindServer, req.Session)
+	if span.IsRecording() {
+		defer func() {
+			if rep.Error != nil {
+				span.SetAttributes(attribute.String("relay.error", rep.Error.Code))
+				endSpan(span, rep.Error)
+				return
+			}
+			span.End()
+		}()
+	}
 	m.tr.Emit("session.forward.serve", "owner", m.cfg.Owner, "session", req.Session)
 	var acc Accepted
 	var err error

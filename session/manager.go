@@ -291,11 +291,12 @@ func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, er
 	if !ValidMultitask(in.Multitask) {
 		return Accepted{}, fmt.Errorf("session: accept %q: %w", id, refuse(RuleMultitask, "multitask %q is not enqueue, reject or interrupt", in.Multitask))
 	}
-	ctx, span := m.otr.Start(ctx, spanAccept, oteltrace.WithAttributes(sessionAttr(id)))
+	ctx, span := m.startSpan(ctx, spanAccept, oteltrace.SpanKindInternal, id)
 	acc, err := m.claimAndSubmit(ctx, id, &submitReq{in: in, trace: span.SpanContext()})
 	var held *LeaseHeldError
 	spanErr := err
 	switch {
+	case !span.IsRecording():
 	case err == nil:
 		span.SetAttributes(posAttrs(acc.Pos())...)
 	case errors.As(err, &held):
@@ -321,7 +322,7 @@ func (m *Manager) claimAndSubmit(ctx context.Context, id string, req *submitReq)
 			return Accepted{}, err
 		}
 		start := m.clock.Now()
-		cctx, span := m.otr.Start(ctx, spanClaim, oteltrace.WithAttributes(sessionAttr(id)))
+		cctx, span := m.startSpan(ctx, spanClaim, oteltrace.SpanKindInternal, id)
 		l, err := m.claim(cctx, id, start)
 		endSpan(span, err)
 		var held *LeaseHeldError

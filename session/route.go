@@ -199,8 +199,10 @@ func (m *Manager) forward(ctx context.Context, holder string, req ForwardRequest
 	defer cancel()
 	// The Forwarder carries the span's context to the owner node
 	// (natsforward: W3C trace context in the request's headers).
-	ctx, span := m.otr.Start(ctx, spanForward, oteltrace.WithSpanKind(oteltrace.SpanKindClient),
-		oteltrace.WithAttributes(sessionAttr(id), attribute.String("relay.holder", holder)))
+	ctx, span := m.startSpan(ctx, spanForward, oteltrace.SpanKindClient, id)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("relay.holder", holder))
+	}
 	start := m.clock.Now()
 	acc, err := m.cfg.Forwarder.Forward(ctx, holder, req)
 	m.timing(TimingForward, m.clock.Now().Sub(start))

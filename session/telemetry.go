@@ -65,13 +65,28 @@ const (
 	spanCheckpoint = "session.checkpoint"  // the end-of-turn store write
 )
 
-// newTracer returns the Manager's OpenTelemetry tracer: Config's
-// TracerProvider, or a no-op one.
+// newTracer returns the Manager's OpenTelemetry tracer: nil (tracing
+// off) without a TracerProvider.
 func newTracer(tp oteltrace.TracerProvider) oteltrace.Tracer {
 	if tp == nil {
-		tp = noop.NewTracerProvider()
+		return nil
 	}
 	return tp.Tracer(tracerName)
+}
+
+// noSpan is every span while tracing is off: non-recording, invalid, and
+// free to end.
+var noSpan oteltrace.Span = noop.Span{}
+
+// startSpan starts span name of kind under ctx for session id. With
+// tracing off it returns ctx and noSpan, building nothing, so an
+// untraced node allocates nothing for its spans; call sites add further
+// attributes only while span.IsRecording().
+func (m *Manager) startSpan(ctx context.Context, name string, kind oteltrace.SpanKind, id string) (context.Context, oteltrace.Span) {
+	if m.otr == nil {
+		return ctx, noSpan
+	}
+	return m.otr.Start(ctx, name, oteltrace.WithSpanKind(kind), oteltrace.WithAttributes(sessionAttr(id)))
 }
 
 // endSpan ends span, marking it failed with err when err is not nil.
