@@ -33,7 +33,7 @@ import (
 // --version` prints the build.
 type cli struct {
 	Version kong.VersionFlag `help:"Print the version, commit and Go version, and exit."`
-	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run a gateway node (the default command)."`
+	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run a gateway node (the default command). Tracing is set by the standard OTEL_* variables (README \"Tracing\"); off unless OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER=otlp is set."`
 	Token   tokenCmd         `cmd:"" help:"Mint a JWT for sockets and the API, signed with JWT_SECRET."`
 	Secret  secretCmd        `cmd:"" help:"Print a random hex secret (for JWT_SECRET, API_KEYS or ADMIN_TOKEN)."`
 	Drain   drainCmd         `cmd:"" help:"Start a node's drain through its admin API (POST /admin/drain); --wait waits until it is empty (the Kubernetes preStop hook)."`
