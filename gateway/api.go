@@ -15,6 +15,8 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/relaygw/relay/session"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 )
 
 // acceptedBody is the 202 response of an event POST and the ok reply of a
@@ -128,9 +130,12 @@ func (n *Node) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	return body, true
 }
 
-// handlePostEvent serves POST /api/sessions/{id}/events.
+// handlePostEvent serves POST /api/sessions/{id}/events. Its span
+// (spanPostEvent) continues a W3C traceparent the request carries.
 func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
+	ctx, span := n.startHTTPSpan(r, spanPostEvent)
+	defer span.End()
 	id, ok := n.sessionParam(w, r)
 	if !ok {
 		return
@@ -144,8 +149,12 @@ func (n *Node) handlePostEvent(w http.ResponseWriter, r *http.Request) {
 		n.refuse(w, asAPIError(err))
 		return
 	}
-	acc, aerr := n.submit(r.Context(), id, in)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("relay.session", id))
+	}
+	acc, aerr := n.submit(ctx, id, in)
 	if aerr != nil {
+		span.SetStatus(codes.Error, aerr.Code)
 		writeError(w, aerr)
 		return
 	}

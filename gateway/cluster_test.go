@@ -15,6 +15,7 @@ import (
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/session"
+	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
 // fastMuster is a Muster timing preset for tests.
@@ -38,6 +39,9 @@ type testCluster struct {
 	nodes   []*Node
 	srvs    []*httptest.Server
 	observe zapcore.Core // when set, every node added also logs here
+	// tracing, when set, gives each node added its OpenTelemetry
+	// provider (Options.TracerProvider).
+	tracing func(name string) oteltrace.TracerProvider
 }
 
 func newTestCluster(t *testing.T, names ...string) *testCluster {

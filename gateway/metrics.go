@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/relaygw/relay/internal/buildinfo"
 	"github.com/relaygw/relay/pubsub"
+	"github.com/relaygw/relay/session"
 )
 
 // metrics are the node's Prometheus collectors, on a registry of its own so
@@ -26,7 +27,9 @@ type metrics struct {
 	httpDuration  *prometheus.HistogramVec // by route pattern, method, status code
 	acceptLatency prometheus.Histogram     // POST /events: request start to 202
 	turnDuration  *prometheus.HistogramVec // by outcome (session.Config.OnTurnEnd)
-	pubsub        *pubsub.Metrics          // published, deliveries, node messages, floods, errors
+	// session.Config.OnTiming, by session.Timing.
+	timings map[session.Timing]prometheus.Histogram
+	pubsub  *pubsub.Metrics // published, deliveries, node messages, floods, errors
 }
 
 func newMetrics() *metrics {
@@ -52,9 +55,34 @@ func newMetrics() *metrics {
 		acceptLatency: f.NewHistogram(prometheus.HistogramOpts{Name: "relay_event_accept_duration_seconds",
 			Help:    "Time from an event POST's arrival to its 202 answer (body read, forward hop and the owner's durable accept included).",
 			Buckets: prometheus.DefBuckets}),
+		timings: map[session.Timing]prometheus.Histogram{
+			session.TimingClaim: f.NewHistogram(prometheus.HistogramOpts{Name: "relay_lease_claim_duration_seconds",
+				Help:    "One lease claim statement on this node: accepts, renewals and recovery claims (session.TimingClaim).",
+				Buckets: latencyBuckets}),
+			session.TimingForward: f.NewHistogram(prometheus.HistogramOpts{Name: "relay_forward_duration_seconds",
+				Help:    "One forward hop from this node to an owner node, send to answer or error (session.TimingForward).",
+				Buckets: latencyBuckets}),
+			session.TimingCheckpoint: f.NewHistogram(prometheus.HistogramOpts{Name: "relay_checkpoint_duration_seconds",
+				Help:    "A turn's end-of-turn store write on the owner, retries included (session.TimingCheckpoint).",
+				Buckets: latencyBuckets}),
+			session.TimingFirstDelta: f.NewHistogram(prometheus.HistogramOpts{Name: "relay_turn_first_delta_seconds",
+				Help:    "Time from a turn's start on the owner to its first delta published (session.TimingFirstDelta).",
+				Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
+		},
 		turnDuration: f.NewHistogramVec(prometheus.HistogramOpts{Name: "relay_turn_duration_seconds",
 			Help:    "Turn run time on the owner, from the attempt's start to its written end, by outcome (completed, failed, stopped, interrupted).",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}}, []string{"outcome"}),
+	}
+}
+
+// latencyBuckets are the buckets of store and hop latencies, in seconds:
+// 0.5 ms to 5 s.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// observeTiming records a session latency (session.Config.OnTiming).
+func (m *metrics) observeTiming(t session.Timing, d time.Duration) {
+	if h := m.timings[t]; h != nil {
+		h.Observe(d.Seconds())
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/relaygw/relay/pubsub"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/natsforward"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -39,6 +40,8 @@ type Node struct {
 	log            *zap.Logger // with the node field
 	baseLog        *zap.Logger
 	tracer         *trace.Tracer
+	tp             oteltrace.TracerProvider // nil: no spans
+	otr            oteltrace.Tracer
 	auth           *Authenticator
 	metrics        *metrics
 
@@ -76,6 +79,11 @@ type Options struct {
 	Logger *zap.Logger
 	Tracer *trace.Tracer
 	Agent  session.Agent // default: the backend Config.Agent and Config.AgentRoutes select
+	// TracerProvider makes the node's OpenTelemetry spans (event POSTs,
+	// accepts, forward hops, turns; docs/ARCHITECTURE.md "Tracing").
+	// Nil: no spans. cmd/gateway builds one from the OTEL_* variables
+	// (internal/telemetry).
+	TracerProvider oteltrace.TracerProvider
 }
 
 // New builds a node from cfg. With no DATABASE_URL, REDIS_URL or NATS_URL it
@@ -104,6 +112,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		log:            log.With(zap.String("node", name)),
 		baseLog:        log,
 		tracer:         opts.Tracer,
+		tp:             opts.TracerProvider,
+		otr:            tracerOf(opts.TracerProvider),
 		auth:           NewAuthenticator(cfg.JWTSecret, cfg.APIKeys, cfg.AdminToken),
 		metrics:        newMetrics(),
 		bodyTimeout:    bodyReadTimeout,
@@ -168,6 +178,8 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		OnTurnEnd: func(outcome string, d time.Duration) {
 			n.metrics.turnDuration.WithLabelValues(outcome).Observe(d.Seconds())
 		},
+		OnTiming:       n.metrics.observeTiming,
+		TracerProvider: n.tp,
 	}
 	if n.nc != nil {
 		fwd = natsforward.New(n.nc, natsforward.Config{Prefix: cfg.Cluster, Node: n.name, Logger: n.log})

@@ -43,7 +43,11 @@ func (c *testCluster) addWith(name string, agent session.Agent, mut func(*Config
 	if c.observe != nil {
 		log = zap.New(zapcore.NewTee(log.Core(), c.observe))
 	}
-	n, err := New(context.Background(), cfg, Options{Logger: log.Named(name), Tracer: c.tr, Agent: agent})
+	opts := Options{Logger: log.Named(name), Tracer: c.tr, Agent: agent}
+	if c.tracing != nil {
+		opts.TracerProvider = c.tracing(name)
+	}
+	n, err := New(context.Background(), cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,16 @@ const (
 // Metrics are PubSub's Prometheus counters, served on /metrics. NewMetrics
 // registers them.
 type Metrics struct {
-	Published    prometheus.Counter     // relay_events_published_total: events published by this node
-	Deliveries   prometheus.Counter     // relay_deliveries_total: event frames enqueued to local sockets
-	NodeMessages prometheus.Counter     // relay_pubsub_node_messages_total: messages sent to other nodes
-	Floods       prometheus.Counter     // relay_pubsub_floods_total: floods started
-	Errors       *prometheus.CounterVec // relay_pubsub_errors_total{op}: failures by Op*
+	Published  prometheus.Counter // relay_events_published_total: events published by this node
+	Deliveries prometheus.Counter // relay_deliveries_total: event frames enqueued to local sockets
+	// DeliveryLatency is relay_delivery_latency_seconds: from an event's
+	// "at" (set by the owner as it emits) to its frame enqueued to this
+	// node's sockets, sampled (DeliverySample). Across nodes it includes
+	// their clock difference.
+	DeliveryLatency prometheus.Histogram
+	NodeMessages    prometheus.Counter     // relay_pubsub_node_messages_total: messages sent to other nodes
+	Floods          prometheus.Counter     // relay_pubsub_floods_total: floods started
+	Errors          *prometheus.CounterVec // relay_pubsub_errors_total{op}: failures by Op*
 	// Sequencer's counters.
 	ReorderHeld    prometheus.Counter // relay_reorder_held_total: events that arrived ahead of a missing one and waited
 	ReorderDropped prometheus.Counter // relay_reorder_dropped_total: events at or before one already handed on (second copies, late arrivals)
@@ -35,8 +40,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	}
 	m := &Metrics{
-		Published:      counter("relay_events_published_total", "Session events published by this node."),
-		Deliveries:     counter("relay_deliveries_total", "Event frames enqueued to local sockets."),
+		Published:  counter("relay_events_published_total", "Session events published by this node."),
+		Deliveries: counter("relay_deliveries_total", "Event frames enqueued to local sockets."),
+		DeliveryLatency: f.NewHistogram(prometheus.HistogramOpts{Name: "relay_delivery_latency_seconds",
+			Help:    "Time from an event's emit on the owner (its \"at\") to its frame enqueued to this node's sockets; the first and then every 16th delivering broadcast is sampled. Across nodes it includes their clock difference.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
 		NodeMessages:   counter("relay_pubsub_node_messages_total", "Event messages sent to other nodes (routed to a router or delivered to a target)."),
 		Floods:         counter("relay_pubsub_floods_total", "Events flooded to every node because the routing table could not be trusted."),
 		ReorderHeld:    counter("relay_reorder_held_total", "Session events that arrived at this node ahead of a missing one and waited in the reorder window."),

@@ -86,6 +86,7 @@ type PubSub struct {
 	members map[string]*topicMember // topics with local subscribers
 
 	sent, floods, received, errs atomic.Int64
+	deliveries                   atomic.Uint64 // local broadcasts that reached a socket (DeliverySample)
 }
 
 var (
@@ -193,7 +194,7 @@ func (p *PubSub) Publish(ctx context.Context, ev session.Event) error {
 	}
 	topic := session.Topic(ev.Session)
 	p.m.Published.Inc()
-	p.m.Deliveries.Add(float64(p.local.Broadcast(topic, ev.Type, payload, ev.Pos())))
+	p.sampleDelivery(p.local.Broadcast(topic, ev.Type, payload, ev.Pos()), ev.At, nil)
 
 	msg := Message{Topic: topic, Event: ev.Type, Origin: p.self, Pos: ev.Pos(), Payload: payload}
 	r := p.scope.Router(topic)
@@ -266,7 +267,35 @@ func (p *PubSub) send(ctx context.Context, to string, b []byte, msg *Message) {
 }
 
 func (p *PubSub) deliver(msg *Message) {
-	p.m.Deliveries.Add(float64(p.local.Broadcast(msg.Topic, msg.Event, msg.Payload, msg.Pos)))
+	p.sampleDelivery(p.local.Broadcast(msg.Topic, msg.Event, msg.Payload, msg.Pos), time.Time{}, msg.Payload)
+}
+
+// DeliverySample is the sampling of relay_delivery_latency_seconds: the
+// first, then every DeliverySample-th, local broadcast that reached at
+// least one socket is observed.
+const DeliverySample = 16
+
+// sampleDelivery counts n frames enqueued to local sockets and, for a
+// sampled broadcast, observes the time since the event's "at" (at, or read
+// from payload, the event's JSON, when at is zero).
+func (p *PubSub) sampleDelivery(n int, at time.Time, payload []byte) {
+	if n == 0 {
+		return
+	}
+	p.m.Deliveries.Add(float64(n))
+	if p.deliveries.Add(1)%DeliverySample != 1 {
+		return
+	}
+	if at.IsZero() {
+		var ev struct {
+			At time.Time `json:"at"`
+		}
+		if json.Unmarshal(payload, &ev) != nil || ev.At.IsZero() {
+			return
+		}
+		at = ev.At
+	}
+	p.m.DeliveryLatency.Observe(max(time.Since(at), 0).Seconds())
 }
 
 // HandleMessage implements muster.Handler for the pubsub transport: a

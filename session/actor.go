@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -86,7 +87,8 @@ type actorView struct {
 type submitReq struct {
 	in    Input
 	ctl   *Control
-	reply chan submitReply // buffered 1
+	trace oteltrace.SpanContext // the accepting span (an input's turn starts under it)
+	reply chan submitReply      // buffered 1
 }
 
 type submitReply struct {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -28,12 +30,16 @@ type turnRun struct {
 	// interrupt is the question the agent ended the turn with (emitted
 	// TypeInterrupt), published with the turn's end.
 	interrupt *Interrupt
+	// span is the turn's span (a no-op one before the run starts);
+	// delta is set once its first delta was published.
+	span  oteltrace.Span
+	delta bool
 }
 
 // newTurnRun starts the context of a turn of p under parent.
 func newTurnRun(parent context.Context, p pendingInput) *turnRun {
 	ctx, stop := context.WithCancelCause(parent)
-	return &turnRun{ctx: ctx, cancel: func() { stop(context.Canceled) }, stop: stop, input: p}
+	return &turnRun{ctx: ctx, cancel: func() { stop(context.Canceled) }, stop: stop, input: p, span: oteltrace.SpanFromContext(ctx)}
 }
 
 type turnResult struct {
@@ -127,7 +133,7 @@ func (a *actor) accept(req *submitReq) {
 		req.reply <- submitReply{err: fmt.Errorf("session: submit %q: encode input: %w", a.id, err)}
 		return
 	}
-	p := pendingInput{Input: in, Epoch: a.epoch, Seq: a.seq + 1}
+	p := pendingInput{Input: in, Epoch: a.epoch, Seq: a.seq + 1, trace: req.trace}
 	a.m.tr.Emit("session.inbox.write", "owner", a.m.cfg.Owner, "session", a.id, "epoch", p.Epoch, "seq", p.Seq)
 	err = a.writeInbox(InboxEntry{Epoch: p.Epoch, Seq: p.Seq, Input: in, BodyHash: hash, DoubleTexting: setMode})
 	switch {
@@ -347,6 +353,11 @@ func (a *actor) startTurn() {
 		run.partial.WriteString(resume.Text)
 	}
 	run.started = a.m.clock.Now()
+	run.ctx, run.span = a.m.startSpan(turnContext(run.ctx, p), spanTurn, oteltrace.SpanKindInternal, a.id)
+	if run.span.IsRecording() {
+		run.span.SetAttributes(attribute.Int64("relay.input.epoch", p.Epoch), attribute.Int64("relay.input.seq", p.Seq),
+			attribute.Int("relay.turn.attempt", attempt), attribute.Bool("relay.turn.resumed", resume != nil))
+	}
 	a.turn = run
 	ctx := run.ctx
 	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
@@ -423,11 +434,33 @@ func (a *actor) handleEmit(req *emitReq) {
 		req.reply <- err
 		return
 	}
+	if req.typ == TypeDelta && !a.turn.delta {
+		req.reply <- a.emitFirstDelta(req)
+		return
+	}
 	_, err := a.emit(req.typ, req.data)
 	if err == nil {
 		a.turn.addPartial(req.typ, req.data)
 	}
 	req.reply <- err
+}
+
+// emitFirstDelta emits the turn's first delta under its own span and
+// reports the time since the turn's start (TimingFirstDelta).
+func (a *actor) emitFirstDelta(req *emitReq) error {
+	t := a.turn
+	_, span := a.m.startSpan(t.ctx, spanFirstDelta, oteltrace.SpanKindInternal, a.id)
+	ev, err := a.emit(req.typ, req.data)
+	if err == nil {
+		t.delta = true
+		t.addPartial(req.typ, req.data)
+		if span.IsRecording() {
+			span.SetAttributes(posAttrs(ev.Pos())...)
+		}
+		a.m.timing(TimingFirstDelta, a.m.clock.Now().Sub(t.started))
+	}
+	endSpan(span, err)
+	return err
 }
 
 // finishTurn ends the turn: its end is written to the store first (the
@@ -447,6 +480,7 @@ func (a *actor) finishTurn(res turnResult) {
 	t := a.turn
 	a.turn = nil
 	t.cancel()
+	defer func() { endSpan(t.span, res.err) }()
 	if a.ctx.Err() != nil {
 		t.answerStops(false, a.cause())
 		return
@@ -477,7 +511,12 @@ func (a *actor) finishTurn(res turnResult) {
 	// The trace points of the turn-end write keep the name "checkpoint".
 	a.m.tr.Emit("session.checkpoint.before", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq)
 	rec := TurnRecord{Input: t.input.pos(), Messages: msgs, Seq: a.seq + reserve}
-	if err := a.completeTurn(rec); err != nil {
+	_, cspan := a.m.startSpan(t.ctx, spanCheckpoint, oteltrace.SpanKindInternal, a.id)
+	cstart := a.m.clock.Now()
+	err := a.completeTurn(rec)
+	a.m.timing(TimingCheckpoint, a.m.clock.Now().Sub(cstart))
+	endSpan(cspan, err)
+	if err != nil {
 		if errors.Is(err, ErrFenced) {
 			a.fence("checkpoint", err)
 			t.answerStops(false, err)
@@ -597,6 +636,7 @@ func (a *actor) haltTurn(cause error) {
 			req.reply <- fmt.Errorf("session: emit %q: %w", req.typ, cause)
 		case <-a.turnDone:
 			a.turn.answerStops(false, cause)
+			endSpan(a.turn.span, cause)
 			a.turn = nil
 			return
 		}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
 // Forwarding carries an input from a node that does not hold a session's
@@ -218,13 +221,25 @@ func RemoteErrorOf(err error) *RemoteError {
 // HandleForward runs a forwarded request on this node: Accept, bounded by
 // ForwardTimeout, so the lease is claimed (re-checked) here before the
 // input is accepted. It never forwards further. An error comes back as a
-// RemoteError (RemoteErrorOf).
-func (m *Manager) HandleForward(ctx context.Context, req ForwardRequest) ForwardReply {
+// RemoteError (RemoteErrorOf). ctx carries the sender's span context when
+// the transport extracted one: the request's server span starts under it.
+func (m *Manager) HandleForward(ctx context.Context, req ForwardRequest) (rep ForwardReply) {
 	if !ValidID(req.Session) {
 		return ForwardReply{Error: &RemoteError{Code: CodeInvalidID, Message: ErrInvalidID.Error()}}
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
+	ctx, span := m.startSpan(ctx, spanServe, oteltrace.SpanKindServer, req.Session)
+	if span.IsRecording() {
+		defer func() {
+			if rep.Error != nil {
+				span.SetAttributes(attribute.String("relay.error", rep.Error.Code))
+				endSpan(span, rep.Error)
+				return
+			}
+			span.End()
+		}()
+	}
 	m.tr.Emit("session.forward.serve", "owner", m.cfg.Owner, "session", req.Session)
 	var acc Accepted
 	var err error

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"time"
+
+	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
 // InputHash is the SHA-256 of an input's canonical body: its type, a zero
@@ -31,6 +33,9 @@ type pendingInput struct {
 	Epoch    int64
 	Seq      int64
 	Attempts int // attempts of its turn started so far (InboxEntry.Attempts)
+	// trace is the span that accepted the input on this process (invalid
+	// for inputs thawed from the inbox): the parent of its turn's span.
+	trace oteltrace.SpanContext
 }
 
 func (p pendingInput) pos() Position { return Position{Epoch: p.Epoch, Seq: p.Seq} }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/relaygw/relay/internal/trace"
@@ -102,6 +104,15 @@ type Config struct {
 	// TurnInterrupted) and its run time on this owner: from the start of
 	// this attempt to the written end. It must not block (metrics).
 	OnTurnEnd func(outcome string, d time.Duration)
+	// OnTiming, when set, is called with each latency named by a Timing
+	// (lease claim, forward hop, end-of-turn write, time to first delta)
+	// as it is measured, on the goroutine that measured it. It must not
+	// block (metrics).
+	OnTiming func(t Timing, d time.Duration)
+	// TracerProvider makes the OpenTelemetry spans of accepts, claims,
+	// forward hops and turns (docs/ARCHITECTURE.md "Tracing"). Nil: no
+	// spans (a no-op provider).
+	TracerProvider oteltrace.TracerProvider
 }
 
 // DefaultConfig returns the docs/OWNERSHIP.md "Defaults" (lease 15 s, heartbeat 5 s,
@@ -147,6 +158,7 @@ type Manager struct {
 	cfg   Config
 	log   *zap.Logger
 	tr    *trace.Tracer
+	otr   oteltrace.Tracer
 	clock Clock
 	stats counters
 
@@ -185,6 +197,7 @@ func NewManager(cfg Config) *Manager {
 		cfg:         cfg,
 		log:         cfg.Logger,
 		tr:          cfg.Tracer,
+		otr:         newTracer(cfg.TracerProvider),
 		clock:       cfg.Clock,
 		actors:      make(map[string]*actor),
 		drainStart:  make(chan struct{}),
@@ -278,7 +291,21 @@ func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, er
 	if !ValidMultitask(in.Multitask) {
 		return Accepted{}, fmt.Errorf("session: accept %q: %w", id, refuse(RuleMultitask, "multitask %q is not enqueue, reject or interrupt", in.Multitask))
 	}
-	return m.claimAndSubmit(ctx, id, &submitReq{in: in})
+	ctx, span := m.startSpan(ctx, spanAccept, oteltrace.SpanKindInternal, id)
+	acc, err := m.claimAndSubmit(ctx, id, &submitReq{in: in, trace: span.SpanContext()})
+	var held *LeaseHeldError
+	spanErr := err
+	switch {
+	case !span.IsRecording():
+	case err == nil:
+		span.SetAttributes(posAttrs(acc.Pos())...)
+	case errors.As(err, &held):
+		// Not a failure: Submit forwards to the holder.
+		span.SetAttributes(attribute.String("relay.lease.holder", held.Holder))
+		spanErr = nil
+	}
+	endSpan(span, spanErr)
+	return acc, err
 }
 
 // claimAndSubmit claims the lease for id and hands req (an input or a
@@ -295,7 +322,9 @@ func (m *Manager) claimAndSubmit(ctx context.Context, id string, req *submitReq)
 			return Accepted{}, err
 		}
 		start := m.clock.Now()
-		l, err := m.cfg.Leases.Claim(ctx, id, m.cfg.Owner, m.cfg.LeaseTTL)
+		cctx, span := m.startSpan(ctx, spanClaim, oteltrace.SpanKindInternal, id)
+		l, err := m.claim(cctx, id, start)
+		endSpan(span, err)
 		var held *LeaseHeldError
 		switch {
 		case errors.As(err, &held):
@@ -325,6 +354,14 @@ func (m *Manager) claimAndSubmit(ctx context.Context, id string, req *submitReq)
 		return acc, err
 	}
 	return Accepted{}, fmt.Errorf("session: accept %q: gave up after %d attempts: %w", id, maxSubmitAttempts, last)
+}
+
+// claim runs one lease claim statement for id, begun at start, and
+// reports its duration (TimingClaim).
+func (m *Manager) claim(ctx context.Context, id string, start time.Time) (Lease, error) {
+	l, err := m.cfg.Leases.Claim(ctx, id, m.cfg.Owner, m.cfg.LeaseTTL)
+	m.timing(TimingClaim, m.clock.Now().Sub(start))
+	return l, err
 }
 
 // errRetry tells Accept to claim again: the actor it found was retiring.
@@ -425,7 +462,7 @@ func (m *Manager) Recover(ctx context.Context, limit int) (int, error) {
 			continue
 		}
 		start := m.clock.Now()
-		l, err := m.cfg.Leases.Claim(ctx, id, m.cfg.Owner, m.cfg.LeaseTTL)
+		l, err := m.claim(ctx, id, start)
 		if err != nil {
 			continue
 		}

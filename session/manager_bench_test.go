@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
 // countingPublisher counts turn ends and signals each on done.
@@ -37,15 +40,17 @@ func (p *countingPublisher) Publish(_ context.Context, ev Event) error {
 // turn_completed).
 func BenchmarkSubmitLocal(b *testing.B) {
 	in := textInput("hello world", "")
+	var tp oteltrace.TracerProvider // nil: tracing off (a no-op tracer)
 	newManager := func(pub Publisher) *Manager {
 		st := memoryStores()
 		cfg := DefaultConfig()
 		cfg.Owner, cfg.Leases, cfg.Store, cfg.Publisher = "a/1", st.leases, st.store, pub
 		cfg.Log = NewMemoryReplayLog(100, 0)
 		cfg.MailboxSize = 4096
+		cfg.TracerProvider = tp
 		return NewManager(cfg)
 	}
-	b.Run("accept", func(b *testing.B) {
+	accept := func(b *testing.B) {
 		pub := &countingPublisher{tick: make(chan struct{}, 1)}
 		m := newManager(pub)
 		defer m.Close()
@@ -66,7 +71,8 @@ func BenchmarkSubmitLocal(b *testing.B) {
 		for pub.ended.Load() < int64(n) {
 			<-pub.tick
 		}
-	})
+	}
+	b.Run("accept", accept)
 	b.Run("turn", func(b *testing.B) {
 		pub := &countingPublisher{done: make(chan struct{}, 1)}
 		m := newManager(pub)
@@ -81,4 +87,10 @@ func BenchmarkSubmitLocal(b *testing.B) {
 			n++
 		}
 	})
+	// Tracing on: every span sampled and recorded by the SDK, then
+	// dropped (no exporter), to show what the spans cost over "accept".
+	sdk := sdktrace.NewTracerProvider()
+	defer func() { _ = sdk.Shutdown(context.Background()) }()
+	tp = sdk
+	b.Run("accept-traced", accept)
 }

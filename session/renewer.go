@@ -105,7 +105,7 @@ func (r *renewer) renew(start time.Time) bool {
 	// extend the lease after the actor's release (hand-back, stand-down).
 	// stop waits for it instead; the lease's deadline bounds it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.deadline.Sub(start))
-	l, err := m.cfg.Leases.Claim(ctx, a.id, m.cfg.Owner, m.cfg.LeaseTTL)
+	l, err := m.claim(ctx, a.id, start)
 	cancel()
 	if r.ctx.Err() != nil {
 		return false

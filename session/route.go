@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -195,12 +197,21 @@ func (m *Manager) forward(ctx context.Context, holder string, req ForwardRequest
 	m.tr.Emit("session.forward", "owner", m.cfg.Owner, "session", id, "holder", holder)
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)
 	defer cancel()
+	// The Forwarder carries the span's context to the owner node
+	// (natsforward: W3C trace context in the request's headers).
+	ctx, span := m.startSpan(ctx, spanForward, oteltrace.SpanKindClient, id)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("relay.holder", holder))
+	}
+	start := m.clock.Now()
 	acc, err := m.cfg.Forwarder.Forward(ctx, holder, req)
+	m.timing(TimingForward, m.clock.Now().Sub(start))
 	if err == nil && req.Control != nil && acc.Control == nil {
 		// A node that answered a control with an input's answer does not
 		// know controls; nothing was applied there.
 		err = fmt.Errorf("%w: the owner node answered a control without a control result", ErrForwardFailed)
 	}
+	endSpan(span, err)
 	m.tr.Emit("session.forward.done", "owner", m.cfg.Owner, "session", id, "holder", holder, "err", errText(err), "unreachable", errors.Is(err, ErrUnreachable))
 	return acc, err
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/session"
+	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 )
 
@@ -379,6 +380,9 @@ func (a *Agent) try(ctx context.Context, key string, body []byte, turn session.T
 	req.Header.Set(HeaderIdempotencyKey, key)
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
 	req.Header.Set(HeaderSignature, Sign(a.cfg.Secret, ts, body))
+	// The turn's span, when tracing is on: W3C traceparent (and
+	// tracestate), outside the signature (docs/AGENT_PROTOCOL.md).
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	resp, err := a.cfg.Client.Do(req)
 	if err != nil {
 		return msg, false, retryable{fmt.Errorf("httpagent: POST %s: %w", a.cfg.URL, err)}

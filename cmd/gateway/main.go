@@ -20,6 +20,8 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/relaygw/relay/gateway"
 	"github.com/relaygw/relay/internal/buildinfo"
+	"github.com/relaygw/relay/internal/telemetry"
+	"go.opentelemetry.io/otel"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -27,13 +29,15 @@ import (
 // cli is the command line: `gateway [flags]` runs a node (serve is the
 // default command), `gateway token` mints a JWT, `gateway secret` prints a
 // random secret, `gateway drain` starts a running node's drain, `gateway
+// migrate up|down|status` manages the database schema, `gateway
 // --version` prints the build.
 type cli struct {
 	Version kong.VersionFlag `help:"Print the version, commit and Go version, and exit."`
-	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run a gateway node (the default command)."`
+	Serve   serveCmd         `cmd:"" default:"withargs" help:"Run a gateway node (the default command). Tracing is set by the standard OTEL_* variables (README \"Tracing\"); off unless OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER=otlp is set."`
 	Token   tokenCmd         `cmd:"" help:"Mint a JWT for sockets and the API, signed with JWT_SECRET."`
 	Secret  secretCmd        `cmd:"" help:"Print a random hex secret (for JWT_SECRET, API_KEYS or ADMIN_TOKEN)."`
 	Drain   drainCmd         `cmd:"" help:"Start a node's drain through its admin API (POST /admin/drain); --wait waits until it is empty (the Kubernetes preStop hook)."`
+	Migrate migrateCmd       `cmd:"" help:"Apply, roll back or list the Postgres migrations of DATABASE_URL's schema (nodes apply pending ones at start)."`
 }
 
 type serveCmd struct {
@@ -73,7 +77,25 @@ func run(cfg gateway.Config) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	node, err := gateway.New(ctx, cfg, gateway.Options{Logger: log})
+	tracing, err := telemetry.Setup(ctx, bi.Version)
+	if err != nil {
+		return err
+	}
+	opts := gateway.Options{Logger: log}
+	if tracing.Exporter != telemetry.ExporterNone {
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: export failed", zap.Error(err)) }))
+		opts.TracerProvider = tracing.Provider
+		log.Info("tracing on", zap.String("exporter", tracing.Exporter), zap.String("endpoint", tracing.Endpoint))
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tracing.Shutdown(sctx); err != nil {
+				log.Warn("tracing: flush at exit", zap.Error(err))
+			}
+		}()
+	}
+
+	node, err := gateway.New(ctx, cfg, opts)
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,11 @@
 // session.ForwardRequest as JSON, and the reply is a session.ForwardReply
 // as JSON (docs/OWNERSHIP.md "Event (write)").
 //
+// A forward made under a recording OpenTelemetry span carries its W3C
+// trace context (traceparent, tracestate) in the request's NATS headers;
+// Serve extracts it, so the owner's spans join the sender's trace. Without
+// a span the request has no headers.
+//
 // The sending side never sends while its NATS link is down: nats.go would
 // buffer the request and deliver it once the link is back, long after the
 // sender gave up, so the owner would run an input its client was told to
@@ -18,6 +23,8 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
+	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/relaygw/relay/session"
@@ -90,7 +97,12 @@ func (f *Forwarder) Forward(ctx context.Context, holder string, req session.Forw
 	if req.Control != nil {
 		subject = ControlSubject(f.cfg.Prefix, node)
 	}
-	msg, err := f.nc.RequestWithContext(ctx, subject, body)
+	out := &nats.Msg{Subject: subject, Data: body}
+	if oteltrace.SpanContextFromContext(ctx).IsValid() {
+		out.Header = nats.Header{}
+		propagator.Inject(ctx, headerCarrier(out.Header))
+	}
+	msg, err := f.nc.RequestMsgWithContext(ctx, out)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrConnectionClosed),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionDraining):
@@ -156,7 +168,11 @@ func (f *Forwarder) handle(h session.ForwardHandler, msg *nats.Msg) {
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
 		rep.Error = &session.RemoteError{Code: session.CodeBadRequest, Message: "malformed forward request: " + err.Error()}
 	} else {
-		rep = h.HandleForward(context.Background(), req)
+		ctx := context.Background()
+		if msg.Header != nil {
+			ctx = propagator.Extract(ctx, headerCarrier(msg.Header))
+		}
+		rep = h.HandleForward(ctx, req)
 	}
 	b, err := json.Marshal(rep)
 	if err == nil {
@@ -165,6 +181,24 @@ func (f *Forwarder) handle(h session.ForwardHandler, msg *nats.Msg) {
 	if err != nil {
 		f.log.Debug("forward reply lost", zap.Error(err))
 	}
+}
+
+// propagator carries the W3C trace context (traceparent, tracestate) over
+// a forward hop.
+var propagator = propagation.TraceContext{}
+
+// headerCarrier adapts NATS headers to the propagator (keys as given, no
+// canonicalisation: "traceparent").
+type headerCarrier nats.Header
+
+func (c headerCarrier) Get(key string) string { return nats.Header(c).Get(key) }
+func (c headerCarrier) Set(key, value string) { nats.Header(c).Set(key, value) }
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // validToken reports whether s can be one NATS subject token.
