@@ -176,7 +176,8 @@ func (n *Node) Undrain() error {
 func (n *Node) mountAdminOps(r chi.Router) {
 	r.Get("/cluster", n.handleAdminCluster)
 	r.Post("/undrain", n.handleAdminUndrain)
-	r.Post("/nodes/{node}/{op:drain|undrain}", n.handleAdminNodeOp)
+	r.Post("/nodes/{node}/drain", n.handleAdminNodeOp("drain"))
+	r.Post("/nodes/{node}/undrain", n.handleAdminNodeOp("undrain"))
 	r.Get("/stats", n.handleAdminStats)
 	r.Get("/sessions/{id}", n.handleAdminSession)
 }
@@ -212,8 +213,12 @@ func (n *Node) handleAdminUndrain(w http.ResponseWriter, _ *http.Request) {
 // node_not_found for a node that published no status lately, 504
 // node_unreachable when it does not answer, 409 drain_running for an undrain
 // during the drain.
-func (n *Node) handleAdminNodeOp(w http.ResponseWriter, r *http.Request) {
-	name, op := chi.URLParam(r, "node"), chi.URLParam(r, "op")
+func (n *Node) handleAdminNodeOp(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { n.adminNodeOp(w, r, op) }
+}
+
+func (n *Node) adminNodeOp(w http.ResponseWriter, r *http.Request, op string) {
+	name := chi.URLParam(r, "node")
 	if name == n.name {
 		st, ae := n.runOp(op)
 		if ae != nil {
