@@ -10,9 +10,10 @@ import (
 
 // TestPresenceOnSessionTopics: every join gets a full presence_state, and the
 // other sockets on the topic get presence_diff joins and leaves
-// (docs/PHOENIX.md §5.3; checklist items 28-29).
+// (docs/PHOENIX.md §5.3; checklist items 28-29). Presence is on by default;
+// {"presence":false} opts out.
 func TestPresenceOnSessionTopics(t *testing.T) {
-	n, srv, _ := testNode(t, nil)
+	n, srv, _ := testNode(t, func(c *Config) { c.PresencePeriod = 20 * time.Millisecond })
 	tokA, _ := n.Auth().Mint("alice", []string{"*"}, time.Hour)
 	tokB, _ := n.Auth().Mint("bob", []string{"*"}, time.Hour)
 
@@ -54,13 +55,13 @@ func TestPresenceOnSessionTopics(t *testing.T) {
 		t.Fatalf("a diff must always carry joins and leaves: %+v", diff)
 	}
 
-	// Without "presence" a join is not tracked: no state for it, no diff.
+	// With "presence":false a join is not tracked: no state for it, no diff.
 	c := phxtest.DialT(t, phxtest.URL(srv.URL, tokB))
-	c.Join("session:pr1", map[string]any{})
+	c.Join("session:pr1", map[string]any{"presence": false})
 	if evs := c.Barrier(); len(evs) != 0 {
 		t.Fatalf("untracked join got session events %v", evs)
 	}
-	if got := n.presence.Size("session:pr1"); got != 1 {
+	if got := n.presence.Local("session:pr1"); got != 1 {
 		t.Fatalf("%d presences tracked, want only alice", got)
 	}
 }

@@ -535,7 +535,11 @@ func (r *Replica) PeerUp(peer string, inc uint64) {
 	}
 	r.mu.Lock()
 	r.dropLocked(peer, inc-1)
+	started := r.started && !r.stopped
 	r.mu.Unlock()
+	if !started {
+		return // Start asks every registered peer
+	}
 	r.send(peer, &repMsg{Kind: repWant, Inc: inc, All: true})
 }
 
