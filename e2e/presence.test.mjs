@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { createServer, connect } from "node:net";
 import { after, test } from "node:test";
 import { Presence } from "phoenix";
+import { describeWatchers, watchersOf } from "../web/src/lib/watchers.js";
 import { join, openSocket } from "./client.mjs";
 import { startCluster, waitClusterReady } from "./cluster.mjs";
 import { dump, uniqueId } from "./gateway.mjs";
@@ -90,7 +91,9 @@ async function viewer(t, gw, topic, sub) {
     sub,
     node: gw.nodeName,
     socket,
-    names: () => presence.list((key) => key).sort(),
+    // The demo page's view of the same Presence (web/src/lib/watchers.js).
+    names: () => watchersOf(presence).map((w) => w.key),
+    watchers: () => watchersOf(presence),
     /** Resolves once the list equals want (sorted keys); rejects after CONVERGE_MS. */
     until(want, what) {
       const w = [...want].sort().join(",");
@@ -137,6 +140,14 @@ test("three nodes list every viewer; a SIGKILLed node's viewers leave every list
     }
     const everyone = viewers.map((v) => v.sub);
     await Promise.all(viewers.map((v) => v.until(everyone, "every viewer listed")));
+    // Each watcher shows the node its socket is on, on every node's page.
+    for (const v of viewers) {
+      for (const w of v.watchers()) {
+        const on = viewers.find((x) => x.sub === w.key).node;
+        assert.deepEqual(w.nodes, [on], `${v.sub} sees ${w.key} on ${w.nodes}`);
+      }
+    }
+    assert.match(describeWatchers(viewers[0].watchers(), null), new RegExp(`^u00 \\(${gws[0].nodeName}\\), u01 `));
 
     // kill -9 the third node: its two viewers leave every other list.
     const [a, b, c] = gws;
