@@ -390,8 +390,11 @@ func FuzzReplicaDecode(f *testing.F) {
 	f.Add([]byte(`{"k":"digest","inc":5,"g":9,"d":{"s":3}}`))
 	f.Add([]byte(`{"k":"want","inc":5,"all":true}`))
 	f.Add([]byte(`{"k":"want","inc":5,"w":["s"]}`))
-	c := newRepCluster(f, []string{"n1", "n2"}, -1)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		c := newRepCluster(t, []string{"n1", "n2"}, -1)
+		c.nodes[1].r.Track("session:a", "bob", nil)
+		c.nodes[1].r.Flush()
+		c.net.drain()
 		again, ok := presence.ReplicaRoundTrip(b)
 		if ok {
 			again2, ok2 := presence.ReplicaRoundTrip(again)
@@ -400,6 +403,11 @@ func FuzzReplicaDecode(f *testing.F) {
 			}
 		}
 		c.net.nodes["n1"].HandleMessage("n2", b)
+		c.net.nodes["n2"].HandleMessage("n1", b)
 		c.net.drain()
+		c.nodes[0].r.Flush()
+		if _, ok := presence.ReplicaRoundTrip(b); !ok && c.nodes[0].r.Count("session:a") != 1 {
+			t.Fatalf("a refused message changed n1's presences: %d", c.nodes[0].r.Count("session:a"))
+		}
 	})
 }
