@@ -65,3 +65,77 @@ func TestPresenceOnSessionTopics(t *testing.T) {
 		t.Fatalf("%d presences tracked, want only alice", got)
 	}
 }
+
+// TestPresenceAcrossNodes: presence is cluster-wide over NATS. A viewer on
+// node a sees a viewer joined on node b arrive as a presence_diff; when the
+// topic passes PRESENCE_MAX_LISTED its sockets get presence_state {} and
+// presence_count, a joining socket gets the count at once, and once the
+// topic shrinks back the full list returns (docs/PHOENIX.md §5.4).
+func TestPresenceAcrossNodes(t *testing.T) {
+	c := newTestCluster(t)
+	fast := func(cfg *Config) {
+		cfg.CensusInterval = 50 * time.Millisecond
+		cfg.PresencePeriod = 20 * time.Millisecond
+		cfg.PresenceMaxListed = 2
+	}
+	na, srvA := c.addWith("a", nil, fast)
+	_, srvB := c.addWith("b", nil, fast)
+	waitUntil(t, "a and b register each other", func() bool { return len(na.census.Peers()) == 1 })
+	tok := func(sub string) string {
+		tk, err := na.Auth().Mint(sub, []string{"*"}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tk
+	}
+	type presences map[string]struct {
+		Metas []map[string]any `json:"metas"`
+	}
+	alice := phxtest.DialT(t, phxtest.URL(srvA.URL, tok("alice")))
+	alice.Join("session:pa", map[string]any{})
+	alice.NextEvent("presence_state")
+
+	bob := phxtest.DialT(t, phxtest.URL(srvB.URL, tok("bob")))
+	bob.Join("session:pa", map[string]any{})
+	for {
+		var d struct{ Joins, Leaves presences }
+		if err := json.Unmarshal(alice.NextEvent("presence_diff").Payload, &d); err != nil {
+			t.Fatal(err)
+		}
+		if j, ok := d.Joins["bob"]; ok {
+			if j.Metas[0]["node"] != "b" {
+				t.Fatalf("bob's meta %v, want node b", j.Metas[0])
+			}
+			break
+		}
+	}
+
+	// A third viewer passes the limit of 2: counts, not lists.
+	carol := phxtest.DialT(t, phxtest.URL(srvB.URL, tok("carol")))
+	carolRef := carol.Send("", "session:pa", "phx_join", map[string]any{})
+	carol.Until(carolRef)
+	if st := string(alice.NextEvent("presence_state").Payload); st != "{}" {
+		t.Fatalf("over the limit alice got presence_state %s, want {}", st)
+	}
+	var cnt struct{ Count int }
+	if err := json.Unmarshal(alice.NextEvent("presence_count").Payload, &cnt); err != nil || cnt.Count != 3 {
+		t.Fatalf("presence_count %+v (%v), want 3", cnt, err)
+	}
+	dave := phxtest.DialT(t, phxtest.URL(srvA.URL, tok("dave")))
+	daveRef := dave.Send("", "session:pa", "phx_join", map[string]any{})
+	dave.Until(daveRef)
+	if st := string(dave.NextEvent("presence_state").Payload); st != "{}" {
+		t.Fatalf("a socket joining over the limit got presence_state %s, want {}", st)
+	}
+	if err := json.Unmarshal(dave.NextEvent("presence_count").Payload, &cnt); err != nil || cnt.Count != 4 {
+		t.Fatalf("a joining socket's presence_count %+v (%v), want 4", cnt, err)
+	}
+
+	// Carol and dave leave: back to 2, the list returns.
+	carol.Send(carolRef, "session:pa", "phx_leave", map[string]any{})
+	dave.Send(daveRef, "session:pa", "phx_leave", map[string]any{})
+	var st presences
+	if err := json.Unmarshal(alice.NextEvent("presence_state").Payload, &st); err != nil || len(st) != 2 || len(st["bob"].Metas) != 1 {
+		t.Fatalf("back under the limit alice got %v (%v), want alice and bob", st, err)
+	}
+}
