@@ -94,6 +94,8 @@ type Replica struct {
 	log  *zap.Logger
 	tc   *trace.Tracer
 
+	flushMu sync.Mutex // one Flush at a time, so a topic's broadcasts stay in order
+
 	mu      sync.Mutex
 	clock   uint64 // this node's clock: one tick per local change
 	topics  map[string]*repTopicState
@@ -409,8 +411,10 @@ type clientOut struct {
 // with this node's changes, and to each changed topic's subscribers a
 // presence_diff (or, above MaxListed, presence_count; on a switch between
 // the two, presence_state). The broadcast timer calls it every
-// BroadcastPeriod.
+// BroadcastPeriod. Calls are serialized.
 func (r *Replica) Flush() {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
 	r.mu.Lock()
 	inc := r.cfg.Incarnation()
 	var delta []repTopic
