@@ -1,11 +1,13 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/trace"
 )
 
 // TestPresenceOnSessionTopics: every join gets a full presence_state, and the
@@ -137,5 +139,32 @@ func TestPresenceAcrossNodes(t *testing.T) {
 	var st presences
 	if err := json.Unmarshal(alice.NextEvent("presence_state").Payload, &st); err != nil || len(st) != 2 || len(st["bob"].Metas) != 1 {
 		t.Fatalf("back under the limit alice got %v (%v), want alice and bob", st, err)
+	}
+}
+
+// TestSilentSocketLeavesAtHeartbeatTimeout: a socket that sends nothing for
+// HEARTBEAT_TIMEOUT leaves the topic's presence when it is declared dead
+// (trace point socket.dead, which ended its one channel), not when the close
+// handshake with the silent client gives up.
+func TestSilentSocketLeavesAtHeartbeatTimeout(t *testing.T) {
+	n, srv, tr := testNode(t, func(c *Config) { c.HeartbeatTimeout = 100 * time.Millisecond })
+	tok, _ := n.Auth().Mint("bob", []string{"*"}, time.Hour)
+	bob := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
+	bob.Join("session:hb", map[string]any{})
+	if got := n.presence.Local("session:hb"); got != 1 {
+		t.Fatalf("%d presences after the join, want 1", got)
+	}
+	// bob sends nothing more, and reads nothing: the close handshake stalls.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ev, err := tr.WaitFor(ctx, trace.Kind("socket.dead"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Get("channels") != 1 {
+		t.Fatalf("socket.dead %v: want its one channel ended by it", ev)
+	}
+	if got := n.presence.Local("session:hb"); got != 0 {
+		t.Fatalf("%d presences after the socket was declared dead, want 0", got)
 	}
 }
