@@ -81,7 +81,7 @@ type ReplicaConfig struct {
 // period is not sent). A topic above MaxListed presences is counted, not
 // listed (ReplicaConfig.MaxListed).
 //
-// Trace points: presence.flushed (node, deltas, broadcasts);
+// Trace points: presence.flushed (node, messages, broadcasts);
 // presence.applied (node, from, kind, topics); presence.ignored (node, from,
 // kind, reason: "peer", "dead"); presence.gap (node, from, topic);
 // presence.dropped (node, peer, inc, presences).
@@ -418,35 +418,54 @@ func (r *Replica) Flush() {
 	r.mu.Lock()
 	inc := r.cfg.Incarnation()
 	var delta []repTopic
+	var big []string // topics with more changes than one message carries: sent as state
 	var outs []clientOut
 	for name, ts := range r.topics {
 		if ts.dirty {
-			rt := repTopic{Topic: name, Prev: ts.sent, Clock: ts.lclock}
-			for _, e := range sortedEntries(ts.ljoins) {
-				rt.Joins = append(rt.Joins, repEntry{Key: e.key, Ref: e.ref, Meta: e.meta})
+			if len(ts.ljoins)+len(ts.lleavs) > stateChunk {
+				big = append(big, name)
+			} else {
+				rt := repTopic{Topic: name, Prev: ts.sent, Clock: ts.lclock}
+				for _, e := range sortedEntries(ts.ljoins) {
+					rt.Joins = append(rt.Joins, repEntry{Key: e.key, Ref: e.ref, Meta: e.meta})
+				}
+				for _, e := range sortedEntries(ts.lleavs) {
+					rt.Leaves = append(rt.Leaves, e.ref)
+				}
+				delta = append(delta, rt)
 			}
-			for _, e := range sortedEntries(ts.lleavs) {
-				rt.Leaves = append(rt.Leaves, e.ref)
-			}
-			delta = append(delta, rt)
 			ts.ljoins, ts.lleavs, ts.dirty = nil, nil, false
 			ts.sent = ts.lclock
-			if len(ts.local) == 0 {
-				// Peers drop an emptied record, so the next delta starts at 0.
-				ts.sent, ts.lclock = 0, 0
-			}
 		}
 		outs = r.clientOutLocked(name, ts, outs)
+	}
+	slices.Sort(big)
+	msgs := r.stateMsgsLocked(inc, big)
+	for name, ts := range r.topics {
+		if len(ts.local) == 0 && ts.sent != 0 {
+			// Peers drop an emptied record, so the next delta starts at 0.
+			ts.sent, ts.lclock = 0, 0
+		}
 		if len(ts.local) == 0 && len(ts.remote) == 0 && !ts.dirty && ts.cjoins == nil && ts.cleavs == nil {
 			delete(r.topics, name)
 		}
 	}
 	r.mu.Unlock()
-	if len(delta) > 0 {
-		slices.SortFunc(delta, func(a, b repTopic) int { return cmp.Compare(a.Topic, b.Topic) })
+	slices.SortFunc(delta, func(a, b repTopic) int { return cmp.Compare(a.Topic, b.Topic) })
+	for len(delta) > 0 {
+		// At most stateChunk changes per message (a topic counts at least 1).
+		n, k := 0, 0
+		for k < len(delta) && (k == 0 || n+len(delta[k].Joins)+len(delta[k].Leaves) <= stateChunk) {
+			n += max(1, len(delta[k].Joins)+len(delta[k].Leaves))
+			k++
+		}
+		msgs = append(msgs, &repMsg{Kind: repDelta, Inc: inc, Topics: delta[:k]})
+		delta = delta[k:]
+	}
+	for _, m := range msgs {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		if err := r.tr.Broadcast(ctx, encodeRep(&repMsg{Kind: repDelta, Inc: inc, Topics: delta})); err != nil {
-			r.log.Debug("presence: delta not sent", zap.Error(err))
+		if err := r.tr.Broadcast(ctx, encodeRep(m)); err != nil {
+			r.log.Debug("presence: delta not sent", zap.String("kind", m.Kind), zap.Error(err))
 		}
 		cancel()
 	}
@@ -455,7 +474,7 @@ func (r *Replica) Flush() {
 			r.cfg.OnBroadcast(o.topic, o.event, o.payload)
 		}
 	}
-	r.tc.Emit("presence.flushed", "node", r.self, "deltas", len(delta), "broadcasts", len(outs))
+	r.tc.Emit("presence.flushed", "node", r.self, "messages", len(msgs), "broadcasts", len(outs))
 }
 
 // clientOutLocked appends what ts's subscribers must be told and clears
@@ -813,6 +832,17 @@ func (r *Replica) answerWant(from string, m *repMsg) {
 		}
 		slices.Sort(names)
 	}
+	msgs := r.stateMsgsLocked(inc, names)
+	r.mu.Unlock()
+	for _, msg := range msgs {
+		r.send(from, msg)
+	}
+}
+
+// stateMsgsLocked builds the state messages of names: at most stateChunk
+// presences per message, a topic larger than that in parts. A topic with
+// no local presence is sent empty at the current clock.
+func (r *Replica) stateMsgsLocked(inc uint64, names []string) []*repMsg {
 	var msgs []*repMsg
 	cur := &repMsg{Kind: repState, Inc: inc}
 	n := 0
@@ -839,13 +869,10 @@ func (r *Replica) answerWant(from string, m *repMsg) {
 			n += max(1, len(chunk))
 		}
 	}
-	r.mu.Unlock()
 	if len(cur.Topics) > 0 {
 		msgs = append(msgs, cur)
 	}
-	for _, msg := range msgs {
-		r.send(from, msg)
-	}
+	return msgs
 }
 
 // refSource mints phx_refs: 12 bytes (6 random per source, 6 of a

@@ -437,3 +437,36 @@ func BenchmarkReplicaMemory(b *testing.B) {
 		b.ReportMetric(0, "ns/op")
 	}
 }
+
+// TestReplicaBigPeriodSentAsState: a period with more changes of a topic
+// than one message carries sends the topic's state in parts instead of a
+// delta, and peers follow without asking.
+func TestReplicaBigPeriodSentAsState(t *testing.T) {
+	c := newRepCluster(t, []string{"n1", "n2"}, -1)
+	n1, n2 := c.nodes[0], c.nodes[1]
+	var refs []string
+	for i := range 1200 {
+		refs = append(refs, n2.r.Track("session:big", fmt.Sprint("u", i), nil))
+	}
+	n2.r.Flush()
+	if q := c.net.len(); q != 3 {
+		t.Fatalf("%d messages for 1200 joins, want 3 state parts", q)
+	}
+	c.net.drain()
+	if got := n1.r.Count("session:big"); got != 1200 {
+		t.Fatalf("n1 counts %d, want 1200", got)
+	}
+	for _, r := range refs[:700] {
+		n2.r.Untrack("session:big", r)
+	}
+	n2.r.Track("session:big", "late", nil)
+	n2.r.Flush()
+	c.net.drain()
+	n1.r.Flush()
+	if got := listRefs(t, n1.r, "session:big"); len(got) != 501 || got[refs[0]] != "" || got[refs[700]] == "" {
+		t.Fatalf("n1 lists %d after 700 leaves and a join, want 501", len(got))
+	}
+	if v := n1.viewers["session:big"]; len(v.refs) != 501 {
+		t.Fatalf("n1's subscribers list %d, want 501", len(v.refs))
+	}
+}
