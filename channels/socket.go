@@ -141,6 +141,25 @@ func (s *Socket) onIdle() {
 	}
 	s.ep.cfg.Tracer.Emit("socket.idle", "socket", s.id)
 	s.closeWith(CloseGoingAway, "idle timeout")
+	s.declaredDead()
+}
+
+// declaredDead ends the socket's channels (Terminate with
+// ReasonSocketClosed: presences leave) as soon as the socket is declared
+// dead, without waiting for the close handshake that a silent client never
+// answers; End later finds them ended. The map is left in place, so a join
+// that completes meanwhile is still ended by End.
+func (s *Socket) declaredDead() {
+	s.chMu.Lock()
+	chans := make([]*Channel, 0, len(s.channels))
+	for _, ch := range s.channels {
+		chans = append(chans, ch)
+	}
+	s.chMu.Unlock()
+	for _, ch := range chans {
+		ch.end(ReasonSocketClosed, "")
+	}
+	s.ep.cfg.Tracer.Emit("socket.dead", "socket", s.id, "channels", len(chans))
 }
 
 // channel returns the channel joined on topic, or nil.

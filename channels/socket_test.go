@@ -365,3 +365,30 @@ func TestInvalidUTF8InAFieldClosesWith1007(t *testing.T) {
 		t.Fatalf("bad frames %d, want %d", st.BadFrames, len(cases))
 	}
 }
+
+// TestIdleSocketLeavesBeforeCloseHandshake: a socket declared dead by the
+// heartbeat timeout ends its channels (Terminate: presences leave) at once,
+// not when the close handshake with the silent client gives up; here the
+// handshake never completes (End has not run).
+func TestIdleSocketLeavesBeforeCloseHandshake(t *testing.T) {
+	tr := trace.New()
+	ep := NewEndpoint(EndpointConfig{HeartbeatTimeout: 10e6, Tracer: tr})
+	h := newFuncHandler()
+	ep.Handle("room:*", h)
+	s, _ := memSocket(t, ep, V2)
+	recv(t, s, `["3","3","room:lobby","phx_join",{}]`)
+	waitTrace(t, tr, trace.Kind("socket.idle", "socket", s.ID()))
+	if got := h.waitTerminated(t); got != "room:lobby/3/socket_closed" {
+		t.Fatalf("terminated %q", got)
+	}
+	waitTrace(t, tr, trace.Kind("socket.dead", "socket", s.ID()))
+	for _, ev := range tr.Events() {
+		if ev.Kind == "socket.end" {
+			t.Fatal("the socket ended before its channels were terminated; the test shows nothing")
+		}
+	}
+	s.End() // the reading side stops: nothing is terminated twice
+	if n := len(h.terminations()); n != 1 {
+		t.Fatalf("%d terminations, want 1", n)
+	}
+}

@@ -23,12 +23,15 @@ const READY_WAIT_MS = 20_000;
 
 /**
  * Starts n cluster-mode gateways named <prefix>a, <prefix>b, … on shared stores.
- * Extra env entries override the defaults. Schemas are dropped by stores.dropSchemas().
+ * Extra env entries override the defaults; perNode[i], when given, overrides them for
+ * node i only (e.g. its NATS_URL through a proxy). Schemas are dropped by
+ * stores.dropSchemas().
  * @param {number} n
  * @param {Record<string, string>} [env]
+ * @param {Record<string, string>[]} [perNode]
  * @returns {Promise<import("./gateway.mjs").Gateway[]>}
  */
-export async function startCluster(n, env = {}) {
+export async function startCluster(n, env = {}, perNode = []) {
   const shared = {
     ...storeEnv({ nats: true }),
     ...FAST_CLUSTER,
@@ -39,7 +42,7 @@ export async function startCluster(n, env = {}) {
   };
   const prefix = uniqueId("n") + "-";
   const names = Array.from({ length: n }, (_, i) => prefix + String.fromCharCode(97 + i));
-  const started = await Promise.allSettled(names.map((name) => startGateway({ ...shared, NODE_NAME: name })));
+  const started = await Promise.allSettled(names.map((name, i) => startGateway({ ...shared, ...(perNode[i] || {}), NODE_NAME: name })));
   const gws = started.filter((s) => s.status === "fulfilled").map((s) => s.value);
   const failed = started.find((s) => s.status === "rejected");
   if (failed) {

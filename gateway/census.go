@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,8 +14,12 @@ import (
 	"github.com/relaygw/relay/presence"
 )
 
-// scopeCensus is the transport scope of the viewer counts.
-const scopeCensus = "census"
+// scopeCensus is the transport scope of the viewer counts; scopePresence
+// that of the replicated presences.
+const (
+	scopeCensus   = "census"
+	scopePresence = "presence"
+)
 
 // buildCensus starts the Census that counts viewers (sockets joined on a
 // session topic) across the cluster. Each node reports its hub's session
@@ -22,26 +27,60 @@ const scopeCensus = "census"
 // scope: NATS in cluster mode, the in-process transport otherwise. Counts
 // are taken only from peers the Census registered itself
 // (docs/MUSTER.md "Census: counts").
+//
+// It also starts the presence Replica (docs/PHOENIX.md §5.4) on a scope of
+// its own, with the Census as its failure detector: presences are accepted
+// only from the peer incarnations the Census registered, and a departed
+// incarnation's presences are dropped when the Census declares it gone.
 func (n *Node) buildCensus(ctx context.Context) error {
-	var tr muster.Transport
-	if n.nc != nil {
-		tr = natstransport.New(n.nc, natstransport.Config{Prefix: n.cfg.Cluster, Scope: scopeCensus, Node: n.name, Logger: n.log})
-	} else {
-		tr = memnet.New(1).Transport(n.name)
+	scope := func(name string) muster.Transport {
+		if n.nc != nil {
+			return natstransport.New(n.nc, natstransport.Config{Prefix: n.cfg.Cluster, Scope: name, Node: n.name, Logger: n.log})
+		}
+		return memnet.New(1).Transport(n.name)
 	}
-	c := presence.NewCensus(presence.CensusConfig{
-		Transport:         tr,
+	var c *presence.Census
+	maxListed := n.cfg.PresenceMaxListed
+	if maxListed == 0 {
+		maxListed = -1 // no limit
+	}
+	rep := presence.NewReplica(presence.ReplicaConfig{
+		Transport:       scope(scopePresence),
+		Incarnation:     func() uint64 { return c.Incarnation() },
+		Peers:           func() map[string]uint64 { return c.Peers() },
+		BroadcastPeriod: n.cfg.PresencePeriod,
+		MaxListed:       maxListed,
+		OnBroadcast: func(topic, event string, payload json.RawMessage) {
+			n.hub.Broadcast(topic, event, payload, nil)
+		},
+		Logger: n.log.Named("presence"),
+		Tracer: n.tracer,
+	})
+	c = presence.NewCensus(presence.CensusConfig{
+		Transport:         scope(scopeCensus),
 		Incarnation:       n.incarnationNum,
 		BroadcastInterval: n.cfg.CensusInterval,
 		LocalCounts:       n.localViewers,
-		Logger:            n.log.Named("census"),
-		Tracer:            n.tracer,
+		OnPeer: func(peer string, inc uint64, up bool) {
+			if up {
+				rep.PeerUp(peer, inc)
+			} else {
+				rep.PeerDown(peer, inc)
+			}
+		},
+		Logger: n.log.Named("census"),
+		Tracer: n.tracer,
 	})
 	if err := c.Start(ctx); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	n.census = c
 	n.closers = append(n.closers, c.Stop)
+	if err := rep.Start(ctx); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	n.presence = rep
+	n.closers = append(n.closers, rep.Stop)
 	return nil
 }
 

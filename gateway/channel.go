@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/channels"
+	"github.com/relaygw/relay/presence"
 	"github.com/relaygw/relay/session"
 	"go.uber.org/zap"
 )
@@ -34,14 +35,17 @@ var _ channels.Handler = (*sessionChannel)(nil)
 //
 //	{"last_event":{"epoch":E,"seq":S}, "presence":true}
 //
-// Both are optional. presence opts the channel into presence tracking; it is
-// opt-in because every tracked join sends the whole presence_state and a
-// diff to every socket on the topic, which is quadratic on a topic with
-// thousands of sockets.
+// Both are optional. A join is tracked in presence unless presence is
+// false; presence diffs are batched per PRESENCE_BROADCAST_PERIOD and a
+// topic above PRESENCE_MAX_LISTED presences is counted, not listed, so a
+// tracked join costs one meta per period on a big topic, not a list.
 type joinParams struct {
 	LastEvent *session.Position `json:"last_event"`
-	Presence  bool              `json:"presence"`
+	Presence  *bool             `json:"presence"`
 }
+
+// tracked reports whether the join asks for presence (the default).
+func (p joinParams) tracked() bool { return p.Presence == nil || *p.Presence }
 
 // joinReply is the ok reply of a session join.
 type joinReply struct {
@@ -98,7 +102,7 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 		st, owner := n.view(ctx, id, session.HistoryQuery{Limit: 1})
 		reply.Epoch, reply.Seq, reply.Owner = st.Epoch, st.Seq, owner
 		res.Response = reply
-		if p.Presence {
+		if p.tracked() {
 			res.Then = h.trackPresence(ch, claims)
 		}
 		res.Skip = inOrder(session.Position{})
@@ -121,7 +125,7 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	reply.Epoch, reply.Seq, reply.Replayed = rr.Top.Epoch, rr.Top.Seq, len(rr.Events)
 	_, reply.Owner = n.owner(ctx, id)
 	res.Response = reply
-	if p.Presence {
+	if p.tracked() {
 		res.Then = append(res.Then, h.trackPresence(ch, claims)...)
 	}
 	res.Skip = inOrder(rr.Skip)
@@ -236,7 +240,9 @@ func (h *sessionChannel) expireAt(ch *channels.Channel, claims *Claims) {
 // trackPresence tracks the joining channel under its token's subject (the
 // socket id when the token has none) and returns the presence_state push the
 // channel gets right after its join reply (docs/PHOENIX.md §5.3: a full
-// state after every join). The join's own presence_diff follows it.
+// state after every join), cluster-wide; on a topic above
+// PRESENCE_MAX_LISTED, presence_state {} and presence_count {"count":N}.
+// The join's own presence_diff follows at the next broadcast period.
 func (h *sessionChannel) trackPresence(ch *channels.Channel, claims *Claims) []channels.Push {
 	n := h.n
 	key := claims.Subject
@@ -244,5 +250,10 @@ func (h *sessionChannel) trackPresence(ch *channels.Channel, claims *Claims) []c
 		key = "socket:" + ch.Socket().ID()
 	}
 	h.presenceRef = n.presence.Track(ch.Topic(), key, map[string]any{"node": n.name, "online_at": time.Now().Unix()})
-	return []channels.Push{{Event: "presence_state", Payload: n.presence.List(ch.Topic())}}
+	state, counted := n.presence.List(ch.Topic())
+	pushes := []channels.Push{{Event: "presence_state", Payload: state}}
+	if counted {
+		pushes = append(pushes, channels.Push{Event: "presence_count", Payload: presence.CountPayload(n.presence.Count(ch.Topic()))})
+	}
+	return pushes
 }

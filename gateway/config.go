@@ -64,6 +64,9 @@ type Config struct {
 
 	CensusInterval time.Duration `name:"census-interval" env:"CENSUS_INTERVAL" default:"5s" help:"How often a node broadcasts its viewer counts per session to the other nodes."`
 
+	PresencePeriod    time.Duration `name:"presence-broadcast-period" env:"PRESENCE_BROADCAST_PERIOD" default:"1500ms" help:"How often presence changes go out: one presence_diff per session topic to its sockets, one delta to the other nodes."`
+	PresenceMaxListed int           `name:"presence-max-listed" env:"PRESENCE_MAX_LISTED" default:"1000" help:"Most presences a session topic lists; above it sockets get presence_state {} and presence_count {\"count\":N} (0: no limit)."`
+
 	ReadyInterval time.Duration `name:"ready-interval" env:"READY_INTERVAL" default:"1s" help:"How often the readiness checks (NATS, lease store, replay store, Muster) run; /readyz turns 503 after 2 failing rounds and back after 3 good ones."`
 
 	DrainWindow time.Duration `name:"drain-window" env:"DRAIN_WINDOW" default:"30s" help:"Time a draining node has to hand back sessions and close sockets."`
@@ -97,7 +100,7 @@ func DefaultConfig() Config {
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, ReorderWindow: 100 * time.Millisecond, DrainWindow: 30 * time.Second,
 		ReadyInterval:   time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
-		CensusInterval: 5 * time.Second,
+		CensusInterval: 5 * time.Second, PresencePeriod: 1500 * time.Millisecond, PresenceMaxListed: 1000,
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
 		Agent: "echo", AgentTurnTimeout: 5 * time.Minute, AgentRetryBudget: 10 * time.Second,
 		AgentMaxEventBytes: 64 << 10, AgentMaxReplyBytes: 1 << 20,
@@ -135,6 +138,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: LEASE_RENEW (%v) must be shorter than LEASE_TTL (%v) minus the %v safety margin", c.LeaseRenew, c.LeaseTTL, c.renewMargin())
 	case c.SessionIdle <= 0 || c.HeartbeatTimeout <= 0 || c.DrainWindow <= 0 || c.ForwardTimeout <= 0 || c.CensusInterval <= 0 || c.ReadyInterval <= 0:
 		return errors.New("gateway: SESSION_IDLE, HEARTBEAT_TIMEOUT, DRAIN_WINDOW, FORWARD_TIMEOUT, CENSUS_INTERVAL and READY_INTERVAL must be positive")
+	case c.PresencePeriod <= 0 || c.PresenceMaxListed < 0:
+		return errors.New("gateway: PRESENCE_BROADCAST_PERIOD must be positive and PRESENCE_MAX_LISTED at least 0")
 	case c.ReorderWindow < 0 || c.ReorderWindow > 10*time.Second:
 		return errors.New("gateway: REORDER_WINDOW must be between 0 and 10s")
 	case !session.ValidMultitask(c.DoubleTexting):

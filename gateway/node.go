@@ -4,7 +4,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,7 +54,7 @@ type Node struct {
 	scope    *muster.Scope
 	pubsub   *pubsub.PubSub
 	sequence *pubsub.Sequencer // orders the session events handed to the hub
-	presence *presence.Tracker
+	presence *presence.Replica
 	census   *presence.Census
 
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
@@ -142,10 +141,6 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		},
 		Tracer: n.tracer,
 	})
-	// Presence is node-local: each node lists the sockets joined on it.
-	n.presence = presence.NewTracker(presence.TrackerConfig{OnDiff: func(topic string, diff json.RawMessage) {
-		n.hub.Broadcast(topic, "presence_diff", diff, nil)
-	}})
 	if err := n.buildCluster(ctx); err != nil {
 		n.Close()
 		return nil, err

@@ -55,6 +55,13 @@ type CensusConfig struct {
 	// own; its counts are added to those of Inc, Dec and Track. The gateway
 	// reads its hub's session topics here.
 	LocalCounts func() map[string]int
+	// OnPeer, when set, is told every registration (up true) and every
+	// departure (up false: bye, timeout, or superseded by a restart) of a
+	// peer incarnation, in the order the Census decided them, after its
+	// lock is released. It runs on the goroutine that received the message
+	// (or the timer's) and must not block; the presence Replica drops a
+	// departed incarnation's presences here.
+	OnPeer func(peer string, inc uint64, up bool)
 	// Logger; nil means zap.NewNop().
 	Logger *zap.Logger
 	// Tracer receives the trace points listed on Census. Nil is free.
@@ -275,6 +282,7 @@ func (c *Census) expire(now time.Time) {
 	for i, name := range gone {
 		c.log.Info("census: peer timed out", zap.String("peer", name))
 		c.tc.Emit("census.peer.departed", "node", c.self, "peer", name, "inc", incs[i], "reason", "timeout")
+		c.notify(peerEvent{name, incs[i], false})
 	}
 }
 
@@ -298,6 +306,7 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		return
 	}
 	var evs trace.Pending // emitted once c.mu is released
+	var pevs []peerEvent  // OnPeer calls, made once c.mu is released
 	var reply string      // kind to send back to from, if any
 	var replyInc uint64   // the incarnation an expelled reply names
 	c.mu.Lock()
@@ -313,11 +322,13 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		case p == nil:
 			c.peers[from] = &peer{inc: m.Inc, seen: now}
 			evs.Add(c.tc, "census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc)
+			pevs = append(pevs, peerEvent{from, m.Inc, true})
 		case m.Inc > p.inc:
 			c.gone[from] = max(c.gone[from], p.inc)
 			c.peers[from] = &peer{inc: m.Inc, seen: now}
 			evs.Add(c.tc, "census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "restarted")
 			evs.Add(c.tc, "census.peer.registered", "node", c.self, "peer", from, "inc", m.Inc)
+			pevs = append(pevs, peerEvent{from, p.inc, false}, peerEvent{from, m.Inc, true})
 		case m.Inc == p.inc:
 			p.seen = now
 		}
@@ -329,6 +340,7 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		if p != nil && p.inc <= m.Inc {
 			delete(c.peers, from)
 			evs.Add(c.tc, "census.peer.departed", "node", c.self, "peer", from, "inc", p.inc, "reason", "bye")
+			pevs = append(pevs, peerEvent{from, p.inc, false})
 		}
 	case kindExpelled:
 		if m.Inc != c.inc {
@@ -361,6 +373,9 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 	}
 	c.mu.Unlock()
 	evs.Emit(c.tc)
+	for _, e := range pevs {
+		c.notify(e)
+	}
 	switch reply {
 	case kindAck:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -384,6 +399,19 @@ func (c *Census) handle(from string, b []byte, now time.Time) {
 		if err := c.tr.Send(ctx, from, encodeCensus(censusMsg{Kind: kindExpelled, Inc: replyInc})); err != nil {
 			c.log.Debug("census: expelled not sent", zap.String("to", from), zap.Error(err))
 		}
+	}
+}
+
+// peerEvent is one OnPeer call.
+type peerEvent struct {
+	peer string
+	inc  uint64
+	up   bool
+}
+
+func (c *Census) notify(e peerEvent) {
+	if c.cfg.OnPeer != nil {
+		c.cfg.OnPeer(e.peer, e.inc, e.up)
 	}
 }
 

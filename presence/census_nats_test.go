@@ -54,7 +54,7 @@ func TestCensusOverNATS(t *testing.T) {
 }
 
 // eventually polls cond until it returns nil or 10 s pass.
-func eventually(t *testing.T, cond func() error) {
+func eventually(t testing.TB, cond func() error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

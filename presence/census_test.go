@@ -2,7 +2,9 @@ package presence_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,7 +14,7 @@ import (
 	"github.com/relaygw/relay/presence"
 )
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -451,4 +453,41 @@ func TestCensusExpelledPeerTakesNewIncarnation(t *testing.T) {
 	wantCounts(t, a, "a", map[string]int{"session:s": 1})
 	// b still counts a (a's incarnation was never declared dead).
 	wantCounts(t, b, "b", map[string]int{"session:s": 1})
+}
+
+// TestCensusOnPeer: OnPeer hears every registration and departure of a
+// peer incarnation (a restart is the old one's departure, then the new
+// one's registration; a timeout and a bye are departures), in order.
+func TestCensusOnPeer(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	var got []string
+	c := presence.NewCensus(presence.CensusConfig{
+		Transport:         f.net.Transport("a"),
+		Incarnation:       1,
+		BroadcastInterval: time.Hour,
+		DiscoverInterval:  time.Hour,
+		PeerTimeout:       time.Minute,
+		OnPeer: func(peer string, inc uint64, up bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, fmt.Sprintf("%s/%d/%v", peer, inc, up))
+		},
+	})
+	if err := c.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	f.cs["a"] = c
+	b := f.start("b", 10)
+	f.quiesce()
+	c.Deliver("b", presence.Encode("hello", 11, 0, nil)) // b restarted
+	f.quiesce()
+	c.ExpireAt(time.Now().Add(2 * time.Minute)) // b silent past the timeout
+	_ = b
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"b/10/true", "b/10/false", "b/11/true", "b/11/false"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("OnPeer calls %v, want %v", got, want)
+	}
 }

@@ -6,6 +6,13 @@
 // counts only from peers it has registered through its own discovery
 // (docs/MUSTER.md, "Census: counts" and correction 7 of "History").
 //
+// Replica is cluster-wide, Phoenix-compatible presence: each node owns its
+// presences and replicates them to every other node as per-node records
+// stamped with its incarnation and a clock (batched deltas, digests, state
+// transfers), and drops a node's records when its Census declares the
+// incarnation departed (CensusConfig.OnPeer); docs/PHOENIX.md §5.4. The
+// gateway uses it for session topics.
+//
 // Tracker is a node-local, Phoenix-compatible presence: it produces the
 // presence_state payload and presence_diff payloads described in
 // docs/PHOENIX.md §5 for the channels of one node. It is not replicated

@@ -24,3 +24,19 @@ func Encode(kind string, inc, seq uint64, counts map[string]int) []byte {
 
 // Deliver hands msg to the Census as if node from had sent it.
 func (c *Census) Deliver(from string, msg []byte) { c.handle(from, msg, time.Now()) }
+
+// EncodeDelta builds a one-presence delta as node incarnation inc sends it.
+func EncodeDelta(inc uint64, topic string, prev, clock uint64, key, ref string) []byte {
+	return encodeRep(&repMsg{Kind: repDelta, Inc: inc, Topics: []repTopic{{Topic: topic, Prev: prev, Clock: clock,
+		Joins: []repEntry{{Key: key, Ref: ref, Meta: []byte(`{"phx_ref":"` + ref + `"}`)}}}}})
+}
+
+// ReplicaRoundTrip decodes a replica message and re-encodes what it
+// accepted.
+func ReplicaRoundTrip(b []byte) ([]byte, bool) {
+	m, err := decodeRep(b)
+	if err != nil {
+		return nil, false
+	}
+	return encodeRep(m), true
+}

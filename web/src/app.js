@@ -6,12 +6,14 @@
 // session (join reply "owner", refreshed from GET /api/sessions/{id}), and sends "message" pushes that follow the
 // gateway's retry directives. Event types an agent passes through (tool_call, tool_result,
 // reasoning, status, …) show as collapsible rows inside the reply, between its text.
+// Who is watching the session, on any node, comes from phoenix's Presence.
 import "../static/style.css";
-import { Socket } from "phoenix";
+import { Presence, Socket } from "phoenix";
 import { byId, bearer, fetchJSON, h } from "./lib/dom.js";
 import { describeAgentEvent, isLifecycleType, isSessionEvent } from "./lib/agent-events.js";
 import { compareCursor, cursorOf, formatCursor, turnId, userText } from "./lib/events.js";
 import { pushOnce, sendWithRetry } from "./lib/retry.js";
+import { describeWatchers, watchersOf } from "./lib/watchers.js";
 import { peekClaims, rememberToken, takeToken } from "./lib/token.js";
 
 const SESSION_KEY = "relay.session";
@@ -27,6 +29,7 @@ const ui = {
   node: byId("node"),
   owner: byId("owner"),
   cursor: byId("cursor"),
+  watching: byId("watching"),
   messages: byId("messages"),
   events: byId("events"),
   compose: byId("compose"),
@@ -142,6 +145,18 @@ class SessionView {
       last_event: this.cursor || { epoch: 0, seq: 0 },
     }));
     this.channel = ch;
+    // Viewers cluster-wide; above PRESENCE_MAX_LISTED the gateway sends counts only.
+    this.presence = new Presence(ch);
+    this.watchCount = null;
+    const showWatchers = () => {
+      if (!this.closed && ch === this.channel) ui.watching.textContent = describeWatchers(watchersOf(this.presence), this.watchCount);
+    };
+    this.presence.onSync(showWatchers);
+    ch.on("presence_count", ({ count }) => {
+      this.watchCount = count;
+      showWatchers();
+    });
+    ui.watching.textContent = "—";
     // Every session event, whatever its type (agents add their own): the hook sees each
     // message before the channel's bindings. A channel left for a rejoin is ignored.
     ch.onMessage = (event, payload) => {
