@@ -546,8 +546,9 @@ type lpSession struct {
 // Write queues frames for the next poll and wakes the poll held, if any. It
 // waits for a poll to take the buffer when it holds longPollBufferBytes
 // already, for at most the endpoint's WriteTimeout (then it fails with
-// context.DeadlineExceeded: the socket is cut as a slow consumer). A binary
-// frame fails with errLongPollBinary.
+// context.DeadlineExceeded: the socket is cut as a slow consumer), or until
+// the socket is asked to close (ErrSocketClosed). A binary frame fails with
+// errLongPollBinary.
 func (sess *lpSession) Write(_ context.Context, frames []Frame) error {
 	size := 0
 	for _, f := range frames {
@@ -574,6 +575,8 @@ func (sess *lpSession) Write(_ context.Context, frames []Frame) error {
 		}
 		select {
 		case <-room:
+		case <-sess.sock.ctx.Done():
+			return ErrSocketClosed // a close request: nothing is half written
 		case <-timer.C:
 			return fmt.Errorf("longpoll session %s: no poll took the buffer: %w", sess.id, context.DeadlineExceeded)
 		}
