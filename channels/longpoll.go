@@ -24,7 +24,7 @@ import (
 type LongPollConfig struct {
 	// Node is the node name written into session tokens. A poll or post
 	// whose token names another node is answered 410 (the client starts a
-	// new session where it landed; docs/PHOENIX.md §6.4).
+	// new session where it landed; docs/PHOENIX.md §6.5).
 	Node string
 	// Window is how long a poll is held waiting for frames before it is
 	// answered 204, and how long a session may go without a poll being held
