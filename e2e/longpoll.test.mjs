@@ -84,6 +84,9 @@ test("forced onto LongPoll: join, heartbeat, a pushed turn with its deltas, repl
   // Leave: the reply comes back and the server no longer counts the channel.
   const left = await new Promise((resolve) => ch2.leave().receive("ok", () => resolve("ok")).receive("timeout", () => resolve("timeout")));
   assert.equal(left, "ok");
+  // The client may see the leave's reply before the server finished ending the channel. A
+  // ping's POST waits for the ack of the leave's POST, which comes once the leave was handled.
+  await new Promise((resolve) => other.ping(resolve));
   assert.equal((await localViewers(gw))[`session:${id}`], 1);
 });
 
