@@ -90,6 +90,18 @@ test("forced onto LongPoll: join, heartbeat, a pushed turn with its deltas, repl
   assert.equal((await localViewers(gw))[`session:${id}`], 1);
 });
 
+test("forced onto LongPoll with the authToken option: the token travels in X-Phoenix-AuthToken", async (t) => {
+  const socket = await openSocket(t, gw, { transport: LongPoll, token: "", params: {}, authToken: gw.token() });
+  const ch = socket.channel(`session:${uniqueId("lpauth-")}`, FROM_START);
+  assert.equal((await join(ch)).status, "ok");
+  // Without any token the session is refused (403): the client reports an error.
+  const refused = newSocket(gw, { transport: LongPoll, token: "", params: {} });
+  t.after(() => refused.disconnect());
+  const err = new Promise((resolve) => refused.onError(resolve));
+  refused.connect();
+  assert.equal(await err, 403);
+});
+
 test("longPollFallbackMs: a client whose WebSocket upgrades are refused falls back to LongPoll and runs a turn", async (t) => {
   // A proxy in front of the gateway that forwards plain HTTP and refuses every upgrade,
   // as some corporate proxies do.
