@@ -660,3 +660,22 @@ func FuzzLongPollBatch(f *testing.F) {
 		}
 	})
 }
+
+// phoenix.js sends no heartbeats over LongPoll: its polls count as input for
+// HeartbeatTimeout. 5 polls held 300 ms each outlast a 1 s heartbeat
+// timeout; the session must still be open after them.
+func TestLongPollPollsKeepSocketAlive(t *testing.T) {
+	ls := newLPServer(t, EndpointConfig{HeartbeatTimeout: time.Second}, LongPollConfig{Window: 300 * time.Millisecond}, map[string]Handler{"room:*": newFuncHandler()})
+	c := ls.client(t, "?vsn=2.0.0")
+	c.open()
+	for i := range 5 {
+		if a := c.poll(); a.Status != 204 {
+			t.Fatalf("poll %d: %+v\ntrace:\n%s", i, a, ls.tr.Dump())
+		}
+	}
+	if n := ls.tr.Count(trace.Kind("socket.idle")); n != 0 {
+		t.Fatalf("%d idle closes of a polling session", n)
+	}
+	c.post(`[null,"1","phoenix","heartbeat",{}]`)
+	c.expect(`[null,"1","phoenix","phx_reply",{"status":"ok","response":{}}]`)
+}
