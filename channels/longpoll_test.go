@@ -679,3 +679,60 @@ func TestLongPollPollsKeepSocketAlive(t *testing.T) {
 	c.post(`[null,"1","phoenix","heartbeat",{}]`)
 	c.expect(`[null,"1","phoenix","phx_reply",{"status":"ok","response":{}}]`)
 }
+
+// BenchmarkLongPollDelivery: one op is a burst of 100 session deltas
+// broadcast to one LongPoll session and polled until all arrived (loopback
+// HTTP, the client in the same process). Reports polls per burst.
+func BenchmarkLongPollDelivery(b *testing.B) {
+	ep := NewEndpoint(EndpointConfig{})
+	ep.Handle("room:*", newFuncHandler())
+	lp := NewLongPoll(ep, LongPollConfig{Node: "n1", Window: time.Hour})
+	mux := http.NewServeMux()
+	mux.Handle("/socket/longpoll", lp)
+	srv := httptest.NewServer(mux)
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		_ = ep.Shutdown(ctx)
+		srv.CloseClientConnections()
+		srv.Close()
+	}()
+	get := func(u string) lpAnswer {
+		resp, err := http.Get(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a lpAnswer
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			b.Fatal(err)
+		}
+		return a
+	}
+	base := srv.URL + "/socket/longpoll?vsn=2.0.0"
+	tok := get(base).Token
+	u := base + "&token=" + url.QueryEscape(tok)
+	resp, err := http.Post(u, "application/x-ndjson", strings.NewReader(`["3","3","room:lobby","phx_join",{}]`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp.Body.Close()
+	if a := get(u); len(a.Messages) != 1 {
+		b.Fatalf("join: %+v", a)
+	}
+	const burst = 100
+	polls := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		for range burst {
+			ep.Hub().Broadcast("room:lobby", "delta", benchPayload, nil)
+		}
+		for got := 0; got < burst; {
+			a := get(u)
+			polls++
+			got += len(a.Messages)
+		}
+	}
+	b.ReportMetric(float64(polls)/float64(b.N), "polls/op")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*burst), "ns/frame")
+}
