@@ -736,3 +736,57 @@ func BenchmarkLongPollDelivery(b *testing.B) {
 	b.ReportMetric(float64(polls)/float64(b.N), "polls/op")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*burst), "ns/frame")
 }
+
+// Posts from several goroutines, broadcasts and a poller at once: every
+// reply and every broadcast arrives exactly once, broadcasts in order.
+func TestLongPollConcurrentPostsPollsAndBroadcasts(t *testing.T) {
+	ls := newLPServer(t, EndpointConfig{}, LongPollConfig{Window: time.Hour}, map[string]Handler{"room:*": newFuncHandler()})
+	c := ls.client(t, "?vsn=2.0.0")
+	c.open()
+	c.post(`["3","3","room:lobby","phx_join",{}]`)
+	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	const posters, perPoster, broadcasts = 4, 25, 200
+	var wg sync.WaitGroup
+	for p := range posters {
+		wg.Go(func() {
+			for i := range perPoster {
+				if a := c.post(fmt.Sprintf(`[null,"p%d-%d","phoenix","heartbeat",{}]`, p, i)); a.Status != 200 {
+					t.Errorf("post: %+v", a)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range broadcasts {
+			ls.ep.Hub().Broadcast("room:lobby", "ev", json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)), nil)
+		}
+	})
+	replies := map[string]int{}
+	next := 0
+	for len(replies) < posters*perPoster || next < broadcasts {
+		a := c.poll()
+		if a.Status != 200 && a.Status != 204 {
+			t.Fatalf("poll: %+v", a)
+		}
+		for _, m := range a.Messages {
+			var f []json.RawMessage
+			if err := json.Unmarshal([]byte(m), &f); err != nil || len(f) != 5 {
+				t.Fatalf("frame %q", m)
+			}
+			if string(f[3]) == `"phx_reply"` {
+				var ref string
+				_ = json.Unmarshal(f[1], &ref)
+				if replies[ref]++; replies[ref] > 1 {
+					t.Fatalf("reply %s twice", ref)
+				}
+				continue
+			}
+			if want := fmt.Sprintf(`{"n":%d}`, next); string(f[4]) != want {
+				t.Fatalf("broadcast %s, want %s", f[4], want)
+			}
+			next++
+		}
+	}
+	wg.Wait()
+}
