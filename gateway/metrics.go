@@ -90,8 +90,8 @@ func (m *metrics) observeTiming(t session.Timing, d time.Duration) {
 // The route label is chi's pattern (bounded), never the raw path.
 func (m *metrics) observeHTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/socket/websocket" {
-			next.ServeHTTP(w, r) // a socket's lifetime is not a request duration
+		if r.URL.Path == "/socket/websocket" || r.URL.Path == "/socket/longpoll" {
+			next.ServeHTTP(w, r) // a socket's lifetime, or a poll's hold, is not a request duration
 			return
 		}
 		start := time.Now()
@@ -145,5 +145,13 @@ func (m *metrics) registerNode(n *Node) {
 				}
 				return 0
 			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "relay_longpoll_sessions", Help: "LongPoll sessions held on this node (each is also one of relay_sockets)."},
+			func() float64 { return float64(n.longpoll.Stats().Open) }),
 	)
+	for _, why := range []string{"no_token", "bad_token", "other_node", "expired", "ended"} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "relay_longpoll_gone_total",
+			Help:        "LongPoll polls and posts answered 410 (the client starts a new session), by reason.",
+			ConstLabels: prometheus.Labels{"reason": why}},
+			func() float64 { return float64(n.longpoll.Stats().Gone[why]) }))
+	}
 }

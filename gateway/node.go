@@ -46,6 +46,7 @@ type Node struct {
 
 	hub      *channels.Hub
 	endpoint *channels.Endpoint
+	longpoll *channels.LongPoll
 	manager  *session.Manager
 	leases   session.LeaseStore
 	store    session.SessionStore
@@ -211,6 +212,9 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		Tracer:           n.tracer,
 	})
 	n.endpoint.HandleNew("session:*", func() channels.Handler { return &sessionChannel{n: n} })
+	n.longpoll = channels.NewLongPoll(n.endpoint, channels.LongPollConfig{
+		Node: n.name, Window: cfg.LongPollWindow, MaxBodyBytes: cfg.LongPollMaxBody, SessionMaxAge: cfg.LongPollMaxAge,
+	})
 	n.metrics.registerNode(n)
 	probes := &readyProbes{nc: n.nc, pg: n.pg, redis: n.redis, scope: n.scope, leases: "agent_leases",
 		key: cfg.Cluster + ":ready:" + n.Owner()}

@@ -15,6 +15,7 @@ import (
 // Handler returns the node's HTTP routes:
 //
 //	GET  /socket/websocket            Phoenix socket (token param or authToken subprotocol)
+//	GET, POST /socket/longpoll        Phoenix LongPoll transport (same sockets, polled)
 //	POST /api/sessions/{id}/events    post an event (API key or JWT)
 //	POST /api/sessions/{id}/turns/{turn}/stop  stop a running turn (API key or JWT)
 //	POST /api/sessions/{id}/interrupts/{iid}   answer an interrupt (API key or JWT)
@@ -27,6 +28,7 @@ func (n *Node) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer, n.metrics.observeHTTP)
 	r.Handle("/socket/websocket", n.endpoint)
+	r.Handle("/socket/longpoll", n.longpoll)
 	r.Route("/api", func(r chi.Router) {
 		r.Use(n.auth.requireAPI)
 		r.Post("/sessions/{id}/events", n.handlePostEvent)

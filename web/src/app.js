@@ -97,7 +97,8 @@ function ensureSocket(token) {
   if (socket && socketToken === token) return socket;
   if (socket) socket.disconnect();
   socketToken = token;
-  socket = new Socket("/socket", { params: () => ({ token: socketToken }) });
+  // Where WebSockets are blocked (some proxies), fall back to the LongPoll transport.
+  socket = new Socket("/socket", { params: () => ({ token: socketToken }), longPollFallbackMs: 2500 });
   socket.onOpen(() => setPill(ui.socketState, "open", "ok"));
   socket.onError(() => {
     setPill(ui.socketState, "error · retrying", "bad");
