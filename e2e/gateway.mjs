@@ -78,6 +78,18 @@ export function uniqueId(prefix) {
  * @param {Record<string, string>} [env]
  * @returns {Promise<Gateway>}
  */
+/** Polls url/readyz until it answers 200, failing after ms with the node's logs. */
+async function waitReady(url, ms, logs) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const res = await fetch(url + "/readyz").catch(() => null);
+    if (res) await res.arrayBuffer();
+    if (res && res.status === 200) return;
+    if (Date.now() > deadline) throw new Error(`gateway not ready within ${ms} ms (/readyz ${res ? res.status : "unreachable"}):\n${dump(logs)}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 export async function startGateway(env = {}) {
   if (!existsSync(GATEWAY_BIN)) {
     throw new Error(`gateway binary not found at ${GATEWAY_BIN}: run \`make build\` first`);
@@ -144,6 +156,17 @@ export async function startGateway(env = {}) {
   }
   // A wildcard listen address ("[::]:port", ":port") is reached on loopback.
   const hostPort = addr.replace(/^(\[::\]|0\.0\.0\.0)?:/, "127.0.0.1:");
+  // A node without NATS is served to tests once /readyz says so: it listens before its
+  // routing scope is ready, and an event posted in between is refused not_ready. Cluster
+  // nodes are awaited together (cluster.mjs waitClusterReady), as one alone is not ready.
+  if (!settings.NATS_URL) {
+    try {
+      await waitReady(`http://${hostPort}`, START_TIMEOUT_MS, logs);
+    } catch (err) {
+      child.kill("SIGKILL");
+      throw err;
+    }
+  }
 
   const gw = {
     addr: hostPort,
