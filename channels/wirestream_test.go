@@ -142,7 +142,12 @@ const (
 
 func runStreamScript(t *testing.T, script []byte) {
 	h := newFuncHandler()
-	h.handleIn = func(_ context.Context, _ *Channel, _ string, payload json.RawMessage) (any, error) {
+	h.handleIn = func(_ context.Context, ch *Channel, event string, payload json.RawMessage) (any, error) {
+		if event == "end" {
+			// The end marker: broadcast once the server has read and
+			// handled everything the client sent before it.
+			ch.sock.ep.Hub().Broadcast("room:x", "end", json.RawMessage(`{}`), nil)
+		}
 		return payload, nil
 	}
 	ts := newTestServer(t, EndpointConfig{
@@ -188,7 +193,7 @@ func runStreamScript(t *testing.T, script []byte) {
 		case opBroadcast, opBigBroadcast:
 			size := int(arg % 64)
 			if script[i]%opCount == opBigBroadcast {
-				size = int(arg) * 256
+				size = int(arg) * 64
 				i++
 			}
 			payload := fmt.Sprintf(`{"n":%d,"pad":%q}`, broadcasts, strings.Repeat("x", size))
@@ -233,9 +238,13 @@ func runStreamScript(t *testing.T, script []byte) {
 	if stalled {
 		sc.stall.Unlock()
 	}
-	// The end marker: once it arrives, every earlier broadcast was written.
-	ts.ep.Hub().Broadcast("room:x", "end", json.RawMessage(`{}`), nil)
-	gotEnd := serverClosed || sc.awaitOrClosed("end", readDone)
+	// Once the end marker arrives, every earlier broadcast, pong and reply
+	// was written (replies and pongs are queued or written as the server
+	// reads the client's frames, before it reads this push).
+	ref++
+	send(0x1, []byte(`["1","`+strconv.Itoa(ref)+`","room:x","end",{}]`))
+	pushes++
+	gotEnd := serverClosed || sc.awaitOrClosed(readDone, "end", "reply:"+strconv.Itoa(ref))
 	send(0x8, []byte{0x03, 0xe8}) // 1000
 	<-readDone
 
@@ -376,34 +385,37 @@ func (sc *streamScript) send(op byte, p []byte) {
 // await waits for the event (or "reply:<ref>") to be read.
 func (sc *streamScript) await(ev string) {
 	sc.t.Helper()
-	if !sc.awaitOrClosed(ev, nil) {
+	if !sc.awaitOrClosed(nil, ev) {
 		sc.t.Fatalf("%s never arrived", ev)
 	}
 }
 
-// awaitOrClosed waits for ev; false when the stream ended first.
-func (sc *streamScript) awaitOrClosed(ev string, done chan struct{}) bool {
-	for {
+// awaitOrClosed waits for every one of evs, in any order; false when the
+// stream ended (done closed) or testTimeout passed first.
+func (sc *streamScript) awaitOrClosed(done chan struct{}, evs ...string) bool {
+	want := map[string]bool{}
+	for _, ev := range evs {
+		want[ev] = true
+	}
+	timeout := time.After(testTimeout)
+	for len(want) > 0 {
 		select {
 		case got := <-sc.seen:
-			if got == ev {
-				return true
-			}
+			delete(want, got)
 		case <-done:
-			for {
+			for len(want) > 0 {
 				select {
 				case got := <-sc.seen:
-					if got == ev {
-						return true
-					}
+					delete(want, got)
 				default:
 					return false
 				}
 			}
-		case <-time.After(testTimeout):
+		case <-timeout:
 			return false
 		}
 	}
+	return true
 }
 
 // stallReader reads from r only while stall is not held.
@@ -429,6 +441,12 @@ func FuzzSocketByteStream(f *testing.F) {
 	f.Add([]byte{opStall, opBigBroadcast, 200, opPing, 100, opHeartbeat, opBigBroadcast, 255, opPing, 1, opStall, opBroadcast, 1})
 	f.Add([]byte{opBroadcast, 1, opServerClose, opBroadcast, 2, opPing, 9})
 	f.Add([]byte{opStall, opBigBroadcast, 255, opBigBroadcast, 255, opBigBroadcast, 255, opBigBroadcast, 255, opPing, 3, opServerClose, opStall})
+	// A stalled reader: writes park, pongs and replies queue behind them.
+	parks := []byte{opStall}
+	for i := range 12 {
+		parks = append(parks, opBigBroadcast, 255, opPing, byte(i), opHeartbeat, opPush)
+	}
+	f.Add(append(parks, opStall, opBroadcast))
 	r := rand.New(rand.NewPCG(14, 6455))
 	for range 4 {
 		s := make([]byte, 40)
