@@ -117,7 +117,7 @@ type streamScript struct {
 	ts *testServer
 	c  net.Conn
 
-	stall sync.Mutex // held while the reader is stalled
+	stall stallReader // the stream, read when not stalled
 
 	sendMu     sync.Mutex
 	closedSent bool // the client sent its close frame: it sends nothing more
@@ -214,12 +214,8 @@ func runStreamScript(t *testing.T, script []byte) {
 			send(0x9, p)
 			i++
 		case opStall:
-			if stalled {
-				sc.stall.Unlock()
-			} else {
-				sc.stall.Lock()
-			}
 			stalled = !stalled
+			sc.stall.setStalled(stalled)
 		case opServerClose:
 			if !serverClosed {
 				serverClosed = true
@@ -235,9 +231,7 @@ func runStreamScript(t *testing.T, script []byte) {
 			}
 		}
 	}
-	if stalled {
-		sc.stall.Unlock()
-	}
+	sc.stall.setStalled(false)
 	// Once the end marker arrives, every earlier broadcast, pong and reply
 	// was written (replies and pongs are queued or written as the server
 	// reads the client's frames, before it reads this push).
@@ -329,7 +323,8 @@ func runStreamScript(t *testing.T, script []byte) {
 // close frame is a parse error of its own.
 func (sc *streamScript) read(br *bufio.Reader, done chan struct{}) {
 	defer close(done)
-	r := &stallReader{r: br, stall: &sc.stall}
+	r := &sc.stall
+	r.r = br
 	closed := false
 	for {
 		f, err := parseServerFrame(r)
@@ -418,15 +413,32 @@ func (sc *streamScript) awaitOrClosed(done chan struct{}, evs ...string) bool {
 	return true
 }
 
-// stallReader reads from r only while stall is not held.
+// stallReader reads from r only while not stalled.
 type stallReader struct {
-	r     io.Reader
-	stall *sync.Mutex
+	r  io.Reader
+	mu sync.Mutex
+	// resume is open while stalled and closed when reading resumes.
+	resume chan struct{}
+}
+
+func (s *stallReader) setStalled(stalled bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if stalled && s.resume == nil {
+		s.resume = make(chan struct{})
+	} else if !stalled && s.resume != nil {
+		close(s.resume)
+		s.resume = nil
+	}
 }
 
 func (s *stallReader) Read(p []byte) (int, error) {
-	s.stall.Lock()
-	s.stall.Unlock() //nolint:staticcheck // a gate: wait while the script stalls the reader
+	s.mu.Lock()
+	resume := s.resume
+	s.mu.Unlock()
+	if resume != nil {
+		<-resume
+	}
 	return s.r.Read(p)
 }
 
