@@ -349,8 +349,10 @@ func (s *Socket) write(frames []Frame, async bool) (parked bool) {
 		return false
 	}
 	s.ep.stats.framesOut.Add(uint64(len(frames)))
+	s.ep.stats.writes.Add(1)
 	parked, err := s.aw.writeAsync(frames, s.asyncDone)
 	if parked {
+		s.ep.stats.writesParked.Add(1)
 		s.ep.sched.park(s)
 		return true
 	}

@@ -474,3 +474,34 @@ func FuzzSocketByteStream(f *testing.F) {
 		runStreamScript(t, script)
 	})
 }
+
+// A frame is framed with the shortest length encoding for each size, the
+// shared form is built once (every socket gets the same bytes) and equals
+// the unshared one, and the independent parser reads back what was framed.
+func TestWSFrameEncodings(t *testing.T) {
+	for _, n := range []int{0, 1, 125, 126, 65535, 65536, 1 << 20} {
+		for _, bin := range []bool{false, true} {
+			data := bytes.Repeat([]byte{'a'}, n)
+			shared := Frame{Data: data, Binary: bin, wire: new(wireCache)}
+			a, b := shared.wsBytes(), shared.wsBytes()
+			if &a[0] != &b[0] {
+				t.Fatalf("%d bytes: the shared frame was built twice", n)
+			}
+			plain := Frame{Data: data, Binary: bin}
+			if !bytes.Equal(a, plain.wsBytes()) || !bytes.Equal(a, appendWSFrame(nil, &shared)) {
+				t.Fatalf("%d bytes: shared and unshared framings differ", n)
+			}
+			if want := wsHeaderLen(n) + n; len(a) != want {
+				t.Fatalf("%d bytes framed in %d, want %d", n, len(a), want)
+			}
+			f, err := parseServerFrame(bytes.NewReader(a))
+			wantOp := byte(0x1)
+			if bin {
+				wantOp = 0x2
+			}
+			if err != nil || f.op != wantOp || !bytes.Equal(f.payload, data) {
+				t.Fatalf("%d bytes: parsed op %#x, %d bytes, err %v", n, f.op, len(f.payload), err)
+			}
+		}
+	}
+}

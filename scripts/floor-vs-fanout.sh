@@ -12,7 +12,8 @@
 # BASELINE is a gateway binary to compare with (for example one built from an
 # older commit: git worktree add --detach /tmp/relay-old <commit> &&
 # (cd /tmp/relay-old && go build -o bin/gateway ./cmd/gateway)). GATEWAY_ENV
-# adds environment to both gateways (e.g. GATEWAY_ENV="WRITE_COALESCE=0").
+# adds environment to both gateways, BASELINE_ENV to the baseline only
+# (BASELINE=bin/gateway BASELINE_ENV=WRITE_COALESCE=0 compares settings).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SOCKETS=${SOCKETS:-10000}
@@ -22,6 +23,7 @@ DURATION=${DURATION:-15s}
 PORT=${PORT:-4190}
 BASELINE=${BASELINE:-}
 GATEWAY_ENV=${GATEWAY_ENV:-}
+BASELINE_ENV=${BASELINE_ENV:-}
 secs=${DURATION%s}
 MESSAGES=${MESSAGES:-$(awk "BEGIN{print int($RATE*5*$secs)}")}
 
@@ -42,9 +44,10 @@ trap '[ -n "$gw" ] && kill "$gw" 2>/dev/null; rm -f "$out"; true' EXIT
 
 # fanout NAME BINARY: one fan-out run; appends "NAME us_per_delivery load1" to $out.
 fanout() {
-  local name=$1 bin=$2 log
+  local name=$1 bin=$2 log extra=
+  [ "$name" = baseline ] && extra=$BASELINE_ENV
   # shellcheck disable=SC2086
-  env ECHO_DELAY=0s ADDR=127.0.0.1:$PORT LOG_LEVEL=warn $GATEWAY_ENV "$bin" >/dev/null 2>&1 &
+  env ECHO_DELAY=0s ADDR=127.0.0.1:$PORT LOG_LEVEL=warn $GATEWAY_ENV $extra "$bin" >/dev/null 2>&1 &
   gw=$!
   for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
   local load; load=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -52,6 +55,8 @@ fanout() {
   log=$(bin/relay-load -ws ws://127.0.0.1:$PORT/socket/websocket -post http://127.0.0.1:$PORT \
     -token "$TOKEN" -sockets "$SOCKETS" -sessions 1 -rate "$RATE" -duration "$DURATION" -pids "$gw")
   echo "$log"
+  # Frames, writes and parked writes (gateways that export them).
+  curl -fsS "http://127.0.0.1:$PORT/metrics" 2>/dev/null | grep -E '^relay_socket_(frames_out|writes|writes_parked)_total ' | sed 's/^/   /' || true
   echo "   load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
   kill "$gw"; wait "$gw" 2>/dev/null || true; gw=
   echo "$name $(echo "$log" | sed -nE 's/.*: ([0-9.]+) µs per delivered message/\1/p') ${load%% *}" >>"$out"

@@ -9,7 +9,8 @@
 #   ROUNDS=3 scripts/latency.sh
 #   BASELINE=/tmp/relay-old/bin/gateway ROUNDS=3 scripts/latency.sh
 #
-# GATEWAY_ENV adds environment to both gateways (e.g. "WRITE_COALESCE=0").
+# GATEWAY_ENV adds environment to both gateways, BASELINE_ENV to the baseline
+# only: BASELINE=bin/gateway BASELINE_ENV=WRITE_COALESCE=0 compares settings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SOCKETS=${SOCKETS:-1000}
@@ -19,6 +20,7 @@ DURATION=${DURATION:-20s}
 PORT=${PORT:-4191}
 BASELINE=${BASELINE:-}
 GATEWAY_ENV=${GATEWAY_ENV:-}
+BASELINE_ENV=${BASELINE_ENV:-}
 
 go build -o bin/gateway ./cmd/gateway
 go build -o bin/relay-load ./cmd/relay-load
@@ -37,10 +39,11 @@ trap '[ -n "$gw" ] && kill "$gw" 2>/dev/null; rm -f "$out"; true' EXIT
 
 # run NAME BINARY TRAFFIC ECHO_DELAY LOAD_FLAGS...
 run() {
-  local name=$1 bin=$2 traffic=$3 delay=$4 log load
+  local name=$1 bin=$2 traffic=$3 delay=$4 log load extra=
   shift 4
+  [ "$name" = baseline ] && extra=$BASELINE_ENV
   # shellcheck disable=SC2086
-  env ECHO_DELAY=$delay ADDR=127.0.0.1:$PORT LOG_LEVEL=warn $GATEWAY_ENV "$bin" >/dev/null 2>&1 &
+  env ECHO_DELAY=$delay ADDR=127.0.0.1:$PORT LOG_LEVEL=warn $GATEWAY_ENV $extra "$bin" >/dev/null 2>&1 &
   gw=$!
   for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
   load=$(cut -d' ' -f1-3 /proc/loadavg)
