@@ -18,8 +18,11 @@ import (
 // typical session event to one socket over loopback, read by a raw client
 // that skips frames without allocating, at most 512 frames behind. ns/op and
 // allocs/op cover the hub, the queue, the writer and the client's read.
+// Coalescing is off: with it, a socket written to without pause is written
+// once per flush tick, and a sender held 512 frames ahead would measure the
+// tick, not the write path.
 func BenchmarkWSWrite(b *testing.B) {
-	ts := newTestServer(b, EndpointConfig{QueueSize: 1 << 20, QueueBytes: 1 << 30}, map[string]Handler{"room:*": newFuncHandler()})
+	ts := newTestServer(b, EndpointConfig{QueueSize: 1 << 20, QueueBytes: 1 << 30, WriteCoalesce: -1}, map[string]Handler{"room:*": newFuncHandler()})
 	conn, err := net.Dial("tcp", strings.TrimPrefix(ts.srv.URL, "http://"))
 	if err != nil {
 		b.Fatal(err)

@@ -3,8 +3,10 @@ package channels
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 )
@@ -25,30 +27,32 @@ func serverFrame(n int, fill byte) []byte {
 	return append(out, bytes.Repeat([]byte{fill}, n)...)
 }
 
-// A batch write that times out part-way leaves its rest at the head of the
+// A data write that expires part-way leaves its rest at the head of the
 // stream: a pong written meanwhile is dropped (never glued to half a
 // frame), and the close frame goes out only after the rest, so the reader
 // sees whole frames and then the close frame.
-func TestCorkFinishesTornWriteBeforeCloseFrame(t *testing.T) {
+func TestConnWriterFinishesTornWriteBeforeCloseFrame(t *testing.T) {
 	server, client := net.Pipe()
 	defer server.Close()
 	defer client.Close()
-	w := &corkWriter{conn: server}
+	w := newConnWriter(server) // a pipe: every data write parks
 	f1, f2 := serverFrame(70000, 'a'), serverFrame(300, 'b')
-	w.cork()
-	_, _ = w.Write(f1)
-	_, _ = w.Write(f2)
-	// The reader takes 1,000 bytes, then stops: the write times out mid-frame.
-	got := make(chan []byte, 1)
-	go func() {
-		b := make([]byte, 1000)
-		n, _ := io.ReadFull(client, b)
-		got <- b[:n]
-	}()
-	if err := w.uncork(50 * time.Millisecond); err == nil {
-		t.Fatal("uncork succeeded with a reader that stopped")
+	done := make(chan error, 1)
+	parked, err := w.writeData(append(append([]byte{}, f1...), f2...), nil, func(err error) { done <- err })
+	if !parked || err != nil {
+		t.Fatalf("writeData: parked %v, err %v", parked, err)
 	}
-	head := <-got
+	// The reader takes 1,000 bytes, then stops: the sweep expires the write.
+	head := make([]byte, 1000)
+	if _, err := io.ReadFull(client, head); err != nil {
+		t.Fatal(err)
+	}
+	if !w.expireParked(monoNow() + 1) {
+		t.Fatal("parked write not expired")
+	}
+	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("parked write ended with %v, want a deadline error", err)
+	}
 	if n, err := w.Write([]byte{0x8a, 0x00}); n != 2 || err != nil { // a pong from the library
 		t.Fatalf("pong after the failed write: %d %v", n, err)
 	}
@@ -74,14 +78,17 @@ func TestCorkFinishesTornWriteBeforeCloseFrame(t *testing.T) {
 
 // When the rest of a torn write cannot be finished, no close frame is
 // written after it.
-func TestCorkWritesNoCloseFrameAfterUnfinishedRest(t *testing.T) {
+func TestConnWriterWritesNoCloseFrameAfterUnfinishedRest(t *testing.T) {
 	server, client := net.Pipe()
 	defer client.Close()
-	w := &corkWriter{conn: server}
-	w.cork()
-	_, _ = w.Write(serverFrame(5000, 'a'))
-	if err := w.uncork(20 * time.Millisecond); err == nil {
-		t.Fatal("uncork succeeded with no reader")
+	w := newConnWriter(server)
+	done := make(chan error, 1)
+	if parked, _ := w.writeData(serverFrame(5000, 'a'), nil, func(err error) { done <- err }); !parked {
+		t.Fatal("write to a pipe nobody reads did not park")
+	}
+	w.expireParked(monoNow() + 1)
+	if err := <-done; err == nil {
+		t.Fatal("parked write succeeded with no reader")
 	}
 	if w.closeFrame(CloseSlowConsumer, "slow consumer", 20*time.Millisecond) {
 		t.Fatal("close frame reported written behind an unfinished frame")

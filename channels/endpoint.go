@@ -73,11 +73,18 @@ type EndpointConfig struct {
 	// times out cuts the socket as a slow consumer (1013). It also bounds
 	// the write of the close frame. Default 10 s.
 	WriteTimeout time.Duration
-	// WriteDelay is how long a socket's writer waits after the first frame
-	// of an idle queue before writing, so the frames that follow within the
-	// delay (a burst of streamed deltas, a fan-out of several events) go out
-	// in one syscall. It adds at most WriteDelay of latency. Zero writes at
-	// once.
+	// WriteCoalesce is the adaptive coalescing interval: a socket that
+	// gets a frame while idle is written at once; one that wrote within the
+	// last WriteCoalesce waits for the next flush tick (at most
+	// WriteCoalesce), so the frames that follow (a burst of streamed deltas,
+	// a fan-out of several events) go out in one write. Default 2 ms;
+	// negative disables (every frame is written as soon as a writer is
+	// free).
+	WriteCoalesce time.Duration
+	// WriteDelay (deprecated) delays every socket, idle or not, to the next
+	// flush tick of a WriteDelay interval: WriteCoalesce=WriteDelay that
+	// also holds idle sockets. It adds up to WriteDelay of latency to every
+	// message. Zero: WriteCoalesce alone applies.
 	WriteDelay time.Duration
 	// DrainBatch is the most sockets Shutdown closes at once: it closes them
 	// in batches spaced evenly over half of the time its context has left
@@ -103,6 +110,7 @@ func DefaultEndpointConfig() EndpointConfig {
 		DrainBatch:       500,
 		UnsentBytes:      16 << 10,
 		WriteTimeout:     10 * time.Second,
+		WriteCoalesce:    2 * time.Millisecond,
 	}
 }
 
@@ -135,6 +143,9 @@ func (c EndpointConfig) withDefaults() EndpointConfig {
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = d.WriteTimeout
 	}
+	if c.WriteCoalesce == 0 {
+		c.WriteCoalesce = d.WriteCoalesce
+	}
 	return c
 }
 
@@ -152,6 +163,8 @@ type Endpoint struct {
 	sockets  map[string]*Socket // guarded by mu
 	draining bool               // guarded by mu
 	drained  chan struct{}      // closed when draining and no socket is left
+
+	sched writeSched // when and by whom sockets write
 }
 
 // NewEndpoint returns an Endpoint with cfg.
@@ -162,6 +175,7 @@ func NewEndpoint(cfg EndpointConfig) *Endpoint {
 	if e.hub == nil {
 		e.hub = NewHub()
 	}
+	e.sched.init(e)
 	if e.log == nil {
 		e.log = zap.NewNop()
 	}
@@ -248,7 +262,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The socket's context starts empty: deriving it from r.Context()
 	// would keep the request's and the connection's contexts (and any
 	// middleware's values) alive for the socket's whole life.
-	s, err := e.Attach(context.Background(), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)
+	s, err := e.Attach(context.Background(), wsTransport{conn: conn, w: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)
 	if err != nil {
 		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
 		return
@@ -356,6 +370,7 @@ func (e *Endpoint) Attach(ctx context.Context, t Transport, ser Serializer, assi
 		assigns:  assigns,
 		channels: make(map[string]*Channel),
 	}
+	s.aw, _ = t.(asyncTransport)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.mu.Lock()
 	if e.draining {

@@ -15,16 +15,16 @@ import (
 // messages larger than them.
 const (
 	connReadBuffer  = 1024
-	connWriteBuffer = 2048
+	connWriteBuffer = 256 // the library writes control frames only (≤ 127 bytes), one per flush
 )
 
 // smallBufWriter hands coder/websocket a hijacked connection with small
-// buffers, writing through a corkWriter (kept in cork) so the socket's writer
-// can send a batch of messages with one syscall. Bytes net/http had already
-// buffered are carried over.
+// buffers, writing through a connWriter (kept in cork): the socket's writer
+// writes data frames to it directly, the library its control frames. Bytes
+// net/http had already buffered are carried over.
 type smallBufWriter struct {
 	http.ResponseWriter
-	cork *corkWriter
+	cork *connWriter
 	conn net.Conn // the hijacked connection
 }
 
@@ -46,9 +46,9 @@ func (w *smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		// keeps what is buffered and reads the rest from c directly.
 		_, _ = br.Peek(n)
 	}
-	w.cork = &corkWriter{conn: c}
+	w.cork = newConnWriter(c)
 	w.conn = c
-	return corkConn{Conn: c, w: w.cork}, bufio.NewReadWriter(br, bufio.NewWriterSize(w.cork, connWriteBuffer)), nil
+	return writerConn{Conn: c, w: w.cork}, bufio.NewReadWriter(br, bufio.NewWriterSize(w.cork, connWriteBuffer)), nil
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.

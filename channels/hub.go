@@ -117,6 +117,7 @@ func (h *Hub) Broadcast(topic, event string, payload json.RawMessage, meta any) 
 				if err != nil {
 					continue
 				}
+				f.wire = new(wireCache)
 				if pushes == nil {
 					pushes = make(map[pushKey]Frame)
 				}
@@ -132,6 +133,7 @@ func (h *Hub) Broadcast(topic, event string, payload json.RawMessage, meta any) 
 			if err != nil {
 				continue
 			}
+			f.wire = new(wireCache) // framed once for all its WebSocket sockets
 			frames[i], encoded[i] = f, true
 		}
 		if ch.deliver(frames[i], b) {

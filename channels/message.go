@@ -10,6 +10,10 @@ type Frame struct {
 	// replay marks the queue entry of a join's replay (Data is nil); the
 	// writer writes the replay's frames there (see Socket.enqueueReplay).
 	replay *replayJob
+	// wire, when set, is shared by every copy of a frame fanned out to many
+	// sockets (Hub.Broadcast): a WebSocket transport frames Data once there
+	// and writes the same bytes to each socket (see wireCache).
+	wire *wireCache
 }
 
 // Message is a decoded inbound frame. Refs are opaque and kept as sent.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -161,16 +160,20 @@ func (s *Socket) requestCloseLocked(code CloseCode, reason string) {
 	s.startWriterLocked()
 }
 
-// startWriterLocked starts the writer goroutine unless one runs. Callers
-// hold outMu; it is never called after End saw closing set, so the
-// WaitGroup is not added to while End waits.
+// startWriterLocked gives the socket a writer unless it has one: a write
+// worker of the endpoint's pool (writeSched) for an asyncTransport, else a
+// goroutine of its own. A socket that wrote within the last coalescing
+// interval waits for the next flush tick, so frames arriving meanwhile go
+// out in the same write; an idle one is written at once. Callers hold
+// outMu; it is never called after End saw closing set, so the WaitGroup is
+// not added to while End waits.
 func (s *Socket) startWriterLocked() {
 	if s.writing {
 		return
 	}
 	s.writing = true
 	s.writers.Add(1)
-	go s.writeLoop()
+	s.ep.sched.wake(s, s.closing, s.lastWrite)
 }
 
 // takeSpare returns the batch buffer kept from the last writer run.
@@ -191,30 +194,58 @@ const maxIdleQueueCap = 16
 // that keeps up, a batch of hundreds of typical frames per syscall).
 const batchBytes = 32 << 10
 
-// writeLoop drains the queue until it is empty, then exits; it performs the
-// close when one was requested. Each write takes the control lane first,
-// then bulk frames up to batchBytes, stopping at a replay entry (a replay is
-// written in chunks, with the control lane written between chunks). Before
-// each write outside a replay it cuts the socket (1013) when the backlog it
-// is behind on is older than QueueMaxLag (frames queued behind a replay age
-// from the replay's end).
+// writesPerTurn is how many writes a write worker makes for one socket
+// before it serves the next ready socket (the socket goes to the back of
+// the ready queue), so one busy socket does not hold a worker.
+const writesPerTurn = 4
+
+// writeLoop is the writer of a socket whose transport may block: a
+// goroutine of its own, which runs until the queue is empty.
 func (s *Socket) writeLoop() {
-	defer s.writers.Done()
-	if d := s.ep.cfg.WriteDelay; d > 0 {
-		time.Sleep(d) // coalesce the burst that woke the writer
-	}
 	batch := s.takeSpare()
-	for {
+	batch = s.runWriter(batch, false)
+	if cap(batch) <= maxIdleQueueCap {
+		s.outMu.Lock()
+		if !s.writing && s.spare == nil {
+			s.spare = batch[:0]
+		}
+		s.outMu.Unlock()
+	}
+}
+
+// runWriter drains the queue until it is empty, then releases the writer
+// (writing false); it performs the close when one was requested. Each write
+// takes the control lane first, then bulk frames up to batchBytes, stopping
+// at a replay entry (a replay is written in chunks, with the control lane
+// written between chunks). Before each write outside a replay it cuts the
+// socket (1013) when the backlog it is behind on is older than QueueMaxLag
+// (frames queued behind a replay age from the replay's end).
+//
+// With async (a write worker, asyncTransport) it also returns, keeping the
+// writer, after writesPerTurn writes (the socket is queued again) or when a
+// write parks (asyncDone queues it again); the close handshake, which may
+// block, runs on a goroutine of its own. batch is a reusable buffer; the
+// (possibly grown) buffer is returned.
+func (s *Socket) runWriter(batch []Frame, async bool) []Frame {
+	for turn := 0; ; turn++ {
 		s.outMu.Lock()
 		if s.closing {
 			if s.closeSent {
 				s.writing = false
 				s.outMu.Unlock()
-				return
+				s.writers.Done()
+				return batch
 			}
 			s.closeSent = true
 			code, reason := s.closeCode, s.closeReason
 			s.outMu.Unlock()
+			if async {
+				go func() {
+					_ = s.t.Close(code, reason)
+					s.runWriter(nil, false) // releases the writer
+				}()
+				return batch
+			}
 			_ = s.t.Close(code, reason)
 			continue
 		}
@@ -226,16 +257,20 @@ func (s *Socket) writeLoop() {
 			if cap(s.ctrl) > maxIdleQueueCap {
 				s.ctrl = nil
 			}
-			if cap(batch) <= maxIdleQueueCap {
-				s.spare = batch[:0]
-			}
 			s.outMu.Unlock()
-			return
+			s.writers.Done()
+			return batch
+		}
+		if async && turn >= writesPerTurn {
+			s.outMu.Unlock()
+			s.ep.sched.now(s)
+			return batch
 		}
 		if lag := s.ep.cfg.QueueMaxLag; lag > 0 && s.replaying == nil && s.backlogSince != 0 && monoNow()-s.backlogSince > int64(lag) {
 			s.cutSlowLocked("lag")
 			continue
 		}
+		s.lastWrite = monoNow()
 		batch = batch[:0]
 		if len(s.ctrl) > 0 {
 			batch = append(batch, s.ctrl...)
@@ -246,24 +281,22 @@ func (s *Socket) writeLoop() {
 			s.ctrl = s.ctrl[:0]
 		}
 		if j := s.replaying; j != nil {
-			if len(batch) > 0 { // replies go out before the next chunk
-				s.outMu.Unlock()
-				s.writeBatch(batch)
-				clear(batch)
-				continue
-			}
-			chunk, last := j.next()
-			if last {
-				// Frames queued behind a replay start to age when it ends:
-				// a replay is paced by the reader, not lag.
-				s.replaying = nil
-				s.backlogSince = monoNow()
+			if len(batch) == 0 { // replies go out before the next chunk
+				chunk, last := j.next()
+				if last {
+					// Frames queued behind a replay start to age when it
+					// ends: a replay is paced by the reader, not lag.
+					s.replaying = nil
+					s.backlogSince = monoNow()
+				}
+				batch = append(batch, chunk...)
 			}
 			s.outMu.Unlock()
-			if len(chunk) > 0 {
-				s.writeBatch(chunk)
-				clear(chunk)
+			if len(batch) > 0 && s.write(batch, async) {
+				clear(batch)
+				return batch
 			}
+			clear(batch)
 			continue
 		}
 		// n bulk frames go now: up to the first replay entry and batchBytes
@@ -286,7 +319,7 @@ func (s *Socket) writeLoop() {
 			s.outMu.Unlock()
 			continue
 		case n == 0:
-		case n == len(s.queue) && len(batch) == 0:
+		case n == len(s.queue) && len(batch) == 0 && !async:
 			batch, s.queue = s.queue, batch[:0]
 		default:
 			batch = append(batch, s.queue[:n]...)
@@ -299,32 +332,73 @@ func (s *Socket) writeLoop() {
 			s.backlogSince = 0
 		}
 		s.outMu.Unlock()
-		s.writeBatch(batch)
+		parked := s.write(batch, async)
 		clear(batch)
+		if parked {
+			return batch
+		}
 	}
 }
 
+// write writes frames: through the transport's Write (a socket of its own
+// goroutine), or without blocking (async): it reports whether the write
+// parked, in which case the writer is kept and asyncDone resumes it.
+func (s *Socket) write(frames []Frame, async bool) (parked bool) {
+	if !async {
+		s.writeBatch(frames)
+		return false
+	}
+	s.ep.stats.framesOut.Add(uint64(len(frames)))
+	s.ep.stats.writes.Add(1)
+	parked, err := s.aw.writeAsync(frames, s.asyncDone)
+	if parked {
+		s.ep.stats.writesParked.Add(1)
+		s.ep.sched.park(s)
+		return true
+	}
+	if err != nil {
+		s.writeFailed(err)
+	}
+	return false
+}
+
+// asyncDone ends a parked write: its outcome is handled and the socket goes
+// back to the write workers (the writer was kept while parked).
+func (s *Socket) asyncDone(err error) {
+	s.ep.sched.unpark(s)
+	if err != nil {
+		s.writeFailed(err)
+	}
+	s.ep.sched.now(s)
+}
+
 // writeBatch writes frames to the transport; a failed write closes the
-// socket and returns false: a write that timed out means the reader stopped
-// taking bytes (1013, slow consumer), any other failure 1001.
+// socket (writeFailed) and returns false.
 func (s *Socket) writeBatch(frames []Frame) bool {
 	// Not s.ctx: a close request must not abort the write in flight
 	// (the close frame follows it). Transports bound writes themselves.
 	err := s.t.Write(context.Background(), frames)
 	s.ep.stats.framesOut.Add(uint64(len(frames)))
 	if err != nil {
-		s.ep.cfg.Tracer.Emit("socket.write_error", "socket", s.id, "err", err.Error())
-		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-			s.outMu.Lock()
-			if s.closing {
-				s.outMu.Unlock()
-			} else {
-				s.cutSlowLocked("write_timeout")
-			}
-			return false
-		}
-		s.closeWith(CloseGoingAway, "write failed")
+		s.writeFailed(err)
 		return false
 	}
 	return true
+}
+
+// writeFailed closes the socket after a failed write: a write that timed
+// out means the reader stopped taking bytes (1013, slow consumer), any
+// other failure 1001.
+func (s *Socket) writeFailed(err error) {
+	s.ep.cfg.Tracer.Emit("socket.write_error", "socket", s.id, "err", err.Error())
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		s.outMu.Lock()
+		if s.closing {
+			s.outMu.Unlock()
+		} else {
+			s.cutSlowLocked("write_timeout")
+		}
+		return
+	}
+	s.closeWith(CloseGoingAway, "write failed")
 }

@@ -20,6 +20,7 @@ type Socket struct {
 	id      string
 	ep      *Endpoint
 	t       Transport
+	aw      asyncTransport // t, when its writes never block (write workers serve it)
 	ser     Serializer
 	serIdx  int
 	assigns any
@@ -43,6 +44,7 @@ type Socket struct {
 	closeCode    CloseCode
 	closeReason  string
 	closeSent    bool
+	lastWrite    int64 // monoNow of the writer's last write (0: none); guarded by outMu
 	writers      sync.WaitGroup
 
 	timer  *time.Timer  // idle timeout, re-armed lazily (onIdle)

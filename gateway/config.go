@@ -39,7 +39,8 @@ type Config struct {
 	HeartbeatTimeout time.Duration `name:"heartbeat-timeout" env:"HEARTBEAT_TIMEOUT" default:"60s" help:"Close a socket that sends nothing for this long."`
 	MaxFrameBytes    int64         `name:"max-frame-bytes" env:"MAX_FRAME_BYTES" default:"65536" help:"Largest WebSocket frame accepted; larger closes the socket with 1009."`
 	MaxBodyBytes     int64         `name:"max-body-bytes" env:"MAX_BODY_BYTES" default:"65536" help:"Largest HTTP event body accepted (413 above)."`
-	WriteDelay       time.Duration `name:"write-delay" env:"WRITE_DELAY" default:"0s" help:"A socket's writer waits this long after an idle period so a burst of frames goes out in one write (0: write at once)."`
+	WriteCoalesce    time.Duration `name:"write-coalesce" env:"WRITE_COALESCE" default:"2ms" help:"Adaptive write coalescing: an idle socket is written at once; one that wrote within this interval waits for the next flush tick so following frames share its write (0: off)."`
+	WriteDelay       time.Duration `name:"write-delay" env:"WRITE_DELAY" default:"0s" help:"Deprecated: every socket, idle or not, waits for the next flush tick of this interval (WRITE_COALESCE that also delays idle sockets; 0: WRITE_COALESCE alone)."`
 	SocketQueue      int           `name:"socket-queue" env:"SOCKET_QUEUE" default:"1024" help:"Outbound frames queued per socket before it is cut as a slow consumer."`
 	SocketMaxLag     time.Duration `name:"socket-max-lag" env:"SOCKET_MAX_LAG" default:"10s" help:"A socket whose oldest queued outbound frame has waited this long is cut as a slow consumer (1013), even if it still reads."`
 	SocketUnsent     int           `name:"socket-unsent" env:"SOCKET_UNSENT" default:"16384" help:"Most bytes the kernel holds unsent per socket (TCP_NOTSENT_LOWAT); beyond it frames wait in the socket's queue, where heartbeat replies pass them (0: system default)."`

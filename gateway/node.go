@@ -208,6 +208,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		UnsentBytes:      unsentBytes(cfg.SocketUnsent),
 		DrainBatch:       cfg.SocketDrainBatch,
 		WriteDelay:       cfg.WriteDelay,
+		WriteCoalesce:    writeCoalesce(cfg.WriteCoalesce),
 		Logger:           n.log,
 		Tracer:           n.tracer,
 	})
@@ -239,6 +240,15 @@ func unsentBytes(n int) int {
 		return -1
 	}
 	return n
+}
+
+// writeCoalesce maps WRITE_COALESCE to EndpointConfig.WriteCoalesce: 0
+// (off) becomes negative, as the endpoint reads 0 as its default.
+func writeCoalesce(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // Name returns the node name.
