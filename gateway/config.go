@@ -49,6 +49,7 @@ type Config struct {
 	ReorderWindow    time.Duration `name:"reorder-window" env:"REORDER_WINDOW" default:"100ms" help:"How long a node holds a session event that arrived ahead of a missing one before handing it to sockets anyway (0: no wait)."`
 	MusterHeartbeat  time.Duration `name:"muster-heartbeat" env:"MUSTER_HEARTBEAT" default:"10s" help:"Muster view heartbeat and re-discovery interval."`
 	MusterPing       time.Duration `name:"muster-ping" env:"MUSTER_PING" default:"1s" help:"Muster failure-detector heartbeat period."`
+	PubSubRouting    string        `name:"pubsub-routing" env:"PUBSUB_ROUTING" default:"muster" help:"How session events travel between nodes: muster (via the topic's router node), subjects (one NATS subject per topic) or flood (one subject every node receives)."`
 	MusterPeerDown   time.Duration `name:"muster-peer-down" env:"MUSTER_PEER_DOWN" default:"5s" help:"Silence after which a peer node is declared down."`
 
 	// The AGENT=openai backend (gateway/agent_openai.go).
@@ -97,6 +98,7 @@ func DefaultConfig() Config {
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, ReorderWindow: 100 * time.Millisecond, DrainWindow: 30 * time.Second,
 		ReadyInterval:   time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
+		PubSubRouting:  "muster",
 		CensusInterval: 5 * time.Second,
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
 		Agent: "echo", AgentTurnTimeout: 5 * time.Minute, AgentRetryBudget: 10 * time.Second,
@@ -126,6 +128,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if _, err := c.buildAgent(zap.NewNop()); err != nil {
+		return err
+	}
+	if err := c.validateRouting(); err != nil {
 		return err
 	}
 	switch {
