@@ -25,7 +25,7 @@
 # Environment (defaults in brackets):
 #   SESSIONS [20] topics   SOCKETS [200] sockets per socket node
 #   RATE [1] posts/s per session (the echo agent emits 5 events per post)
-#   DURATION [20s]  IDLE [10]  seconds of idle baseline
+#   DURATION [20s] (whole seconds)  IDLE [10]  seconds of idle baseline
 #   BASE_PORT [4201]  NATS_PORT [4322]  NATS_MON [8322]
 #   PG [postgres://postgres@127.0.0.1:5432/test]  REDIS_URL [redis://127.0.0.1:6379/0]
 set -euo pipefail
@@ -122,11 +122,13 @@ echo "routing $MODE: $SESSIONS sessions owned by node 0, $SOCKETS sockets on eac
 lpids=()
 first=1
 for i in "${nodes[@]}"; do
-  rate=$RATE
-  [[ $first == 1 ]] || rate=-1 # measure only
+  rate=$RATE dur=$DURATION
+  # Measure-only processes listen 5 s longer than the poster posts, so a
+  # process that joined first does not stop before the last turn lands.
+  [[ $first == 1 ]] || { rate=-1; dur=$(($(sed 's/s$//' <<<"$DURATION") + 5))s; }
   first=0
   bin/relay-load -ws "ws://127.0.0.1:$((BASE_PORT + i))/socket/websocket" -post "$POST" -token "$TOKEN" \
-    -sockets "$SOCKETS" -sessions "$SESSIONS" -prefix "$prefix" -rate "$rate" -duration "$DURATION" \
+    -sockets "$SOCKETS" -sessions "$SESSIONS" -prefix "$prefix" -rate "$rate" -duration "$dur" \
     >"$LOG_DIR/load-node$i.out" 2>&1 &
   lpids+=($!)
 done
@@ -160,4 +162,5 @@ for k in ("in_msgs", "out_msgs", "in_bytes", "out_bytes"):
 print(f"node event messages to NATS: {msgs} sends + {floods} floods, {sent_bytes} bytes -> {(msgs + floods) / max(1, events):.2f} msgs, {sent_bytes / max(1, events):.0f} bytes per event")
 print(f"gateway CPU: {ticks / 100:.2f} s -> {ticks * 10000 / max(1, deliveries):.1f} µs per delivery")
 PY
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit $status
