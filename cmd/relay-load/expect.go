@@ -34,5 +34,6 @@ func (s *stats) reportLast(want int64) {
 	if len(d) > 0 {
 		last = slices.Max(d)
 	}
-	fmt.Printf("expected deliveries: %d of %d; last delivery %v after the event's stamp\n", s.received.Load(), want, last.Round(10*time.Microsecond))
+	fmt.Printf("expected deliveries: %d of %d; last delivery %v after the event's stamp; %d sockets lost their connection after joining\n",
+		s.received.Load(), want, last.Round(10*time.Microsecond), s.closed.Load())
 }
