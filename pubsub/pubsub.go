@@ -14,6 +14,14 @@
 //     node listening on the scope, never a ring-derived list);
 //   - a receiving node delivers to its local sockets with one encode.
 //
+// That is RoutingMuster, the default. Config.Routing selects instead
+// RoutingSubjects (one NATS subject per topic: a node subscribes to the
+// topics it holds, NATS's interest routing picks the receivers) or
+// RoutingFlood (one subject every node receives and filters); see
+// routing.go and docs/MUSTER.md "Routing modes". Every routing delivers
+// through the same Local (the Sequencer), so ordering and the replay seam
+// are the same under all three.
+//
 // Live delivery is at-most-once; the replay log closes gaps. Messages travel
 // in a small versioned binary envelope (Message). Transport failures and
 // undecodable messages are counted (Metrics.Errors, Counts) and logged at
@@ -236,7 +244,11 @@ func (p *PubSub) LeaveTopic(topic string) {
 // Publish implements session.Publisher: local sockets first, then the routed
 // fan-out. It returns an error only when ev cannot be encoded; transport
 // failures are counted and logged, never returned (delivery is best effort).
+// The routed fan-out does not end with ctx: a local fan-out to many sockets
+// can outlast the caller's deadline, and the sends after it only queue
+// messages on the transport (they never wait for a reply).
 func (p *PubSub) Publish(ctx context.Context, ev session.Event) error {
+	ctx = context.WithoutCancel(ctx)
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("pubsub: encode event %s/%s: %w", ev.Session, ev.Pos(), err)

@@ -112,6 +112,8 @@ type seqLocal struct {
 	mu   sync.Mutex
 	got  map[string][]int64
 	wake chan struct{}
+	// onBroadcast, when set, runs at each Broadcast (a forced ordering).
+	onBroadcast func()
 }
 
 func newSeqLocal() *seqLocal {
@@ -122,7 +124,11 @@ func (l *seqLocal) Broadcast(topic, _ string, _ json.RawMessage, meta any) int {
 	p, _ := meta.(session.Position)
 	l.mu.Lock()
 	l.got[topic] = append(l.got[topic], p.Seq)
+	hook := l.onBroadcast
 	l.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	select {
 	case l.wake <- struct{}{}:
 	default:
@@ -345,4 +351,51 @@ func targetsAre(s *muster.Scope, topic string, want ...string) bool {
 	}
 	slices.Sort(nodes)
 	return slices.Equal(nodes, want)
+}
+
+// TestRoutedFanOutOutlivesCallerDeadline: the caller's context ends while
+// the origin's local fan-out runs (a fan-out to many sockets can take
+// longer than the session's store deadline); the other nodes still get the
+// event, under every routing.
+func TestRoutedFanOutOutlivesCallerDeadline(t *testing.T) {
+	for _, routing := range pubsub.Routings {
+		t.Run(string(routing), func(t *testing.T) {
+			nodes := startNATSNodes(t, routing, "a", "b", "c")
+			a, b, c := nodes[0], nodes[1], nodes[2]
+			const id = "dl1"
+			topic := session.Topic(id)
+			for _, n := range nodes {
+				n.ps.JoinTopic(topic)
+			}
+			if routing == pubsub.RoutingMuster {
+				deadline := time.Now().Add(20 * time.Second)
+				for !targetsAre(a.scope, topic, "a", "b", "c") && !targetsAre(b.scope, topic, "a", "b", "c") && !targetsAre(c.scope, topic, "a", "b", "c") {
+					if time.Now().After(deadline) {
+						t.Fatal("the router never listed a, b and c")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			a.local.mu.Lock()
+			a.local.onBroadcast = cancel // the deadline passes during the local fan-out
+			a.local.mu.Unlock()
+			for s := int64(1); s <= 3; s++ {
+				if err := a.ps.Publish(ctx, event(id, s)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if ctx.Err() == nil {
+				t.Fatal("the forced ordering did not run")
+			}
+			for _, h := range []*natsPS{b, c} {
+				if got := h.local.waitFor(t, h.name, topic, 3); !slices.Equal(got, seqRange(1, 3)) {
+					t.Fatalf("%s got %v, want 1..3", h.name, got)
+				}
+			}
+			if e := a.ps.Counts().Errors; e != 0 {
+				t.Fatalf("origin counted %d send errors", e)
+			}
+		})
+	}
 }
