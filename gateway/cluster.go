@@ -102,7 +102,7 @@ func (n *Node) buildCluster(ctx context.Context) error {
 		return err
 	}
 	if n.cfg.NATSURL != "" {
-		n.log.Info("cluster mode: muster-routed pubsub over NATS", zap.String("cluster", n.cfg.Cluster), zap.String("owner", n.Owner()))
+		n.log.Info("cluster mode: pubsub over NATS", zap.String("cluster", n.cfg.Cluster), zap.String("owner", n.Owner()), zap.String("routing", string(n.pubsub.Routing())))
 	}
 	return nil
 }

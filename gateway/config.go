@@ -49,8 +49,8 @@ type Config struct {
 	ReorderWindow    time.Duration `name:"reorder-window" env:"REORDER_WINDOW" default:"100ms" help:"How long a node holds a session event that arrived ahead of a missing one before handing it to sockets anyway (0: no wait)."`
 	MusterHeartbeat  time.Duration `name:"muster-heartbeat" env:"MUSTER_HEARTBEAT" default:"10s" help:"Muster view heartbeat and re-discovery interval."`
 	MusterPing       time.Duration `name:"muster-ping" env:"MUSTER_PING" default:"1s" help:"Muster failure-detector heartbeat period."`
-	PubSubRouting    string        `name:"pubsub-routing" env:"PUBSUB_ROUTING" default:"muster" help:"How session events travel between nodes: muster (via the topic's router node), subjects (one NATS subject per topic) or flood (one subject every node receives)."`
 	MusterPeerDown   time.Duration `name:"muster-peer-down" env:"MUSTER_PEER_DOWN" default:"5s" help:"Silence after which a peer node is declared down."`
+	PubSubRouting    string        `name:"pubsub-routing" env:"PUBSUB_ROUTING" default:"muster" help:"How session events travel between nodes: muster (via the topic's router node), subjects (one NATS subject per topic) or flood (one subject every node receives)."`
 
 	// The AGENT=openai backend (gateway/agent_openai.go).
 	OpenAIBaseURL     string        `name:"openai-base-url" env:"OPENAI_BASE_URL" help:"AGENT=openai: the API root, /v1 included (e.g. http://127.0.0.1:8000/v1 for vLLM, http://127.0.0.1:11434/v1 for Ollama)."`

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/zap"
 
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/pubsub"
@@ -63,6 +62,5 @@ func (n *Node) buildPubSub(ctx context.Context, scope *muster.Scope, psTr muster
 		return fmt.Errorf("gateway: %w", err)
 	}
 	n.closers = append(n.closers, n.pubsub.Close)
-	n.log.Info("pubsub routing", zap.String("routing", string(routing)))
 	return nil
 }
