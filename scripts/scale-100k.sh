@@ -18,7 +18,8 @@
 # server port: each gateway listens on its own port.
 #
 # Environment (defaults in brackets):
-#   SOCKETS [100000]  GATEWAYS [5]  LOAD_PROCS [2 x GATEWAYS]
+#   SOCKETS [100000]  GATEWAYS [5, or the fewest above that fit the open-file
+#   limit: 6 for 100,000 sockets under 20,000]  LOAD_PROCS [2 x GATEWAYS]
 #   CONNECT_RATE [2000] dials/s per load process, DIAL_WINDOW [64] dials or joins
 #   in flight per load process (the join rate is the gateways' pace, not the
 #   offered one)  RESERVE [100]  HOLD [5] seconds  FANOUT_WAIT [120s]
@@ -29,12 +30,15 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 SOCKETS=${SOCKETS:-100000}
-GATEWAYS=${GATEWAYS:-5}
+RESERVE=${RESERVE:-100}
+limit=$(ulimit -Hn)
+# Default: five gateways, or the fewest above five that fit the open-file limit
+# (six for 100,000 sockets under a 20,000 limit).
+GATEWAYS=${GATEWAYS:-$(((SOCKETS + limit - RESERVE - 1) / (limit - RESERVE) > 5 ? (SOCKETS + limit - RESERVE - 1) / (limit - RESERVE) : 5))}
 LOAD_PROCS=${LOAD_PROCS:-$((2 * GATEWAYS))}
 CONNECT_RATE=${CONNECT_RATE:-2000}
 DIAL_WINDOW=${DIAL_WINDOW:-64}
 FANOUT_WAIT=${FANOUT_WAIT:-120s}
-RESERVE=${RESERVE:-100}
 HOLD=${HOLD:-5}
 BASE_PORT=${BASE_PORT:-4301}
 PG=${PG:-postgres://postgres@127.0.0.1:5432/test}
@@ -42,7 +46,6 @@ export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 export NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
 export PUBSUB_ROUTING=${PUBSUB_ROUTING:-muster}
 
-limit=$(ulimit -Hn)
 per_gw=$(((SOCKETS + GATEWAYS - 1) / GATEWAYS))
 per_proc=$(((SOCKETS + LOAD_PROCS - 1) / LOAD_PROCS))
 if ((per_gw > limit - RESERVE)); then
