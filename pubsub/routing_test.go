@@ -294,18 +294,21 @@ func TestRoutingModesOverNATS(t *testing.T) {
 			}
 
 			// b publishes the next events: c gets them; a does not hold the
-			// topic. A round trip on a's connection after c has them is a
-			// barrier: the server wrote anything it routed to a before the
-			// reply.
+			// topic. Then b publishes a marker on a topic a holds (under
+			// muster one b routes itself, so it goes straight to a): a's
+			// messages from b arrive in order and one goroutine handles
+			// them, so once a has the marker it has handled whatever b's
+			// events brought it.
+			marker := markerID(t, routing, b)
+			a.ps.JoinTopic(session.Topic(marker))
 			aRecv := a.ps.Counts().Received
 			publishSeqs(t, b, id, n+1, 2*n)
+			publishSeqs(t, b, marker, 1, 1)
 			if got := c.local.waitFor(t, "c", topic, 2*n); !slices.Equal(got, seqRange(1, 2*n)) {
 				t.Fatalf("c got %v, want 1..%d", got, 2*n)
 			}
-			if err := a.conn.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			recv := a.ps.Counts().Received - aRecv
+			a.local.waitFor(t, "a", session.Topic(marker), 1)
+			recv := a.ps.Counts().Received - aRecv - 1 // the marker
 			switch routing {
 			case pubsub.RoutingFlood:
 				if recv != n {
@@ -342,6 +345,20 @@ func TestRoutingModesOverNATS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// markerID returns a session id whose topic n routes itself under muster
+// routing (any id under the others).
+func markerID(t *testing.T, routing pubsub.Routing, n *natsPS) string {
+	t.Helper()
+	for i := range 10000 {
+		id := fmt.Sprintf("mk%d", i)
+		if r := n.scope.Router(session.Topic(id)); routing != pubsub.RoutingMuster || (r.Status == muster.RouteOK && r.Node == n.name) {
+			return id
+		}
+	}
+	t.Fatalf("no topic routed by %s", n.name)
+	return ""
 }
 
 func targetsAre(s *muster.Scope, topic string, want ...string) bool {
