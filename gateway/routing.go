@@ -58,9 +58,9 @@ func (n *Node) buildPubSub(ctx context.Context, scope *muster.Scope, psTr muster
 	n.closers = append(n.closers, nc.Close)
 	cfg.Conn = nc
 	n.pubsub = pubsub.New(cfg)
+	n.closers = append(n.closers, n.pubsub.Close) // also after a failed Start
 	if err := n.pubsub.Start(ctx); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	n.closers = append(n.closers, n.pubsub.Close)
 	return nil
 }
