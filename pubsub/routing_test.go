@@ -168,7 +168,7 @@ type natsPS struct {
 	local *seqLocal
 }
 
-func startNATSNodes(t *testing.T, routing pubsub.Routing, names ...string) []*natsPS {
+func startNATSNodes(t testing.TB, routing pubsub.Routing, names ...string) []*natsPS {
 	t.Helper()
 	prefix := testenv.NATSPrefix(t)
 	var out []*natsPS
@@ -412,6 +412,28 @@ func TestRoutedFanOutOutlivesCallerDeadline(t *testing.T) {
 			}
 			if e := a.ps.Counts().Errors; e != 0 {
 				t.Fatalf("origin counted %d send errors", e)
+			}
+		})
+	}
+}
+
+// BenchmarkTopicJoinLeave is the cost of a topic's first join and last leave
+// on a node (the hub's hooks) under each routing, two nodes on the real
+// NATS server: a Muster claim and release at the topic's router, a
+// subject's SUB with its PING round trip and UNSUB, or nothing.
+func BenchmarkTopicJoinLeave(b *testing.B) {
+	for _, routing := range pubsub.Routings {
+		b.Run(string(routing), func(b *testing.B) {
+			nodes := startNATSNodes(b, routing, "a", "b")
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				topic := session.Topic(fmt.Sprintf("jl%d", i))
+				nodes[0].ps.JoinTopic(topic)
+				nodes[0].ps.LeaveTopic(topic)
+			}
+			b.StopTimer()
+			if e := nodes[0].ps.Counts().Errors; e != 0 {
+				b.Fatalf("%d join/leave errors", e)
 			}
 		})
 	}
