@@ -98,14 +98,11 @@ func (n *Node) buildCluster(ctx context.Context) error {
 	}
 	n.sequence = pubsub.NewSequencer(n.hub, pubsub.SequencerConfig{Window: window, Metrics: n.metrics.pubsub})
 	n.closers = append(n.closers, n.sequence.Close)
-	n.pubsub = pubsub.New(pubsub.Config{Node: n.name, Scope: scope, Transport: psTr, Local: n.sequence, Metrics: n.metrics.pubsub, Logger: n.log.Named("pubsub")})
-	psTr.Register(n.pubsub)
-	if err := psTr.Start(ctx); err != nil {
-		return fmt.Errorf("gateway: start pubsub transport: %w", err)
+	if err := n.buildPubSub(ctx, scope, psTr); err != nil { // PUBSUB_ROUTING
+		return err
 	}
-	n.closers = append(n.closers, func() { _ = psTr.Close() })
 	if n.cfg.NATSURL != "" {
-		n.log.Info("cluster mode: muster-routed pubsub over NATS", zap.String("cluster", n.cfg.Cluster), zap.String("owner", n.Owner()))
+		n.log.Info("cluster mode: pubsub over NATS", zap.String("cluster", n.cfg.Cluster), zap.String("owner", n.Owner()), zap.String("routing", string(n.pubsub.Routing())))
 	}
 	return nil
 }

@@ -105,7 +105,13 @@ func assertIncreasing(t *testing.T, evs []phxtest.SessionEvent) {
 // mid-turn with the last event it saw and gets replay then live, with no gap
 // and no duplicate.
 func TestClusterObserveFromAnyNode(t *testing.T) {
-	c := newTestCluster(t, "a", "b", "cc")
+	observeFromAnyNode(t, newTestCluster(t, "a", "b", "cc"))
+}
+
+// observeFromAnyNode is TestClusterObserveFromAnyNode's body, on a cluster of
+// three nodes (any PUBSUB_ROUTING).
+func observeFromAnyNode(t *testing.T, c *testCluster) {
+	t.Helper()
 	c.waitReady()
 	tok := c.token()
 	wsA := phxtest.DialT(t, phxtest.URL(c.srvs[0].URL, tok))

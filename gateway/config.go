@@ -54,6 +54,7 @@ type Config struct {
 	MusterHeartbeat  time.Duration `name:"muster-heartbeat" env:"MUSTER_HEARTBEAT" default:"10s" help:"Muster view heartbeat and re-discovery interval."`
 	MusterPing       time.Duration `name:"muster-ping" env:"MUSTER_PING" default:"1s" help:"Muster failure-detector heartbeat period."`
 	MusterPeerDown   time.Duration `name:"muster-peer-down" env:"MUSTER_PEER_DOWN" default:"5s" help:"Silence after which a peer node is declared down."`
+	PubSubRouting    string        `name:"pubsub-routing" env:"PUBSUB_ROUTING" default:"muster" help:"How session events travel between nodes: muster (via the topic's router node), subjects (one NATS subject per topic) or flood (one subject every node receives)."`
 
 	// The AGENT=openai backend (gateway/agent_openai.go).
 	OpenAIBaseURL     string        `name:"openai-base-url" env:"OPENAI_BASE_URL" help:"AGENT=openai: the API root, /v1 included (e.g. http://127.0.0.1:8000/v1 for vLLM, http://127.0.0.1:11434/v1 for Ollama)."`
@@ -105,6 +106,7 @@ func DefaultConfig() Config {
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, ReorderWindow: 100 * time.Millisecond, DrainWindow: 30 * time.Second,
 		ReadyInterval:   time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
+		PubSubRouting:  "muster",
 		CensusInterval: 5 * time.Second, PresencePeriod: 1500 * time.Millisecond, PresenceMaxListed: 1000,
 		IdempotencyTTL: 24 * time.Hour, HistoryWindow: 50, MaxTurnAttempts: 3,
 		Agent: "echo", AgentTurnTimeout: 5 * time.Minute, AgentRetryBudget: 10 * time.Second,
@@ -134,6 +136,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if _, err := c.buildAgent(zap.NewNop()); err != nil {
+		return err
+	}
+	if err := c.validateRouting(); err != nil {
 		return err
 	}
 	switch {

@@ -52,6 +52,7 @@ type Node struct {
 	store    session.SessionStore
 	replay   session.ReplayLog
 	nc       *nats.Conn
+	busConn  *nats.Conn // PubSub's own connection under PUBSUB_ROUTING=subjects or flood
 	scope    *muster.Scope
 	pubsub   *pubsub.PubSub
 	sequence *pubsub.Sequencer // orders the session events handed to the hub
@@ -217,7 +218,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		Node: n.name, Window: cfg.LongPollWindow, MaxBodyBytes: cfg.LongPollMaxBody, SessionMaxAge: cfg.LongPollMaxAge,
 	})
 	n.metrics.registerNode(n)
-	probes := &readyProbes{nc: n.nc, pg: n.pg, redis: n.redis, scope: n.scope, leases: "agent_leases",
+	probes := &readyProbes{nc: n.nc, bus: n.busConn, pg: n.pg, redis: n.redis, scope: n.scope, leases: "agent_leases",
 		key: cfg.Cluster + ":ready:" + n.Owner()}
 	pctx, pcancel := context.WithCancel(context.Background())
 	n.bg.Add(1)

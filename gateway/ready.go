@@ -109,6 +109,7 @@ func (r *readiness) record(failures map[string]string) (changed, ready bool) {
 // readyProbes are the node's dependencies to check; nil ones are skipped.
 type readyProbes struct {
 	nc     *nats.Conn
+	bus    *nats.Conn // PubSub's own connection (PUBSUB_ROUTING=subjects or flood)
 	pg     *pgxpool.Pool
 	redis  redis.UniversalClient
 	key    string // the replay store key the probe writes
@@ -126,6 +127,14 @@ func (p *readyProbes) round(ctx context.Context, timeout time.Duration) map[stri
 				return fmt.Errorf("connection %s", strings.ToLower(st.String()))
 			}
 			return p.nc.FlushWithContext(ctx)
+		}
+	}
+	if p.bus != nil {
+		checks["nats_pubsub"] = func(ctx context.Context) error {
+			if st := p.bus.Status(); st != nats.CONNECTED {
+				return fmt.Errorf("connection %s", strings.ToLower(st.String()))
+			}
+			return p.bus.FlushWithContext(ctx)
 		}
 	}
 	if p.pg != nil {

@@ -14,6 +14,14 @@
 //     node listening on the scope, never a ring-derived list);
 //   - a receiving node delivers to its local sockets with one encode.
 //
+// That is RoutingMuster, the default. Config.Routing selects instead
+// RoutingSubjects (one NATS subject per topic: a node subscribes to the
+// topics it holds, NATS's interest routing picks the receivers) or
+// RoutingFlood (one subject every node receives and filters); see
+// routing.go and docs/MUSTER.md "Routing modes". Every routing delivers
+// through the same Local (the Sequencer), so ordering and the replay seam
+// are the same under all three.
+//
 // Live delivery is at-most-once; the replay log closes gaps. Messages travel
 // in a small versioned binary envelope (Message). Transport failures and
 // undecodable messages are counted (Metrics.Errors, Counts) and logged at
@@ -31,6 +39,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/session"
@@ -65,9 +75,22 @@ type Config struct {
 	// Logger receives logs; failures log at Warn, sampled to one line a
 	// second per message. Default zap.NewNop().
 	Logger *zap.Logger
-	// JoinWait bounds JoinTopic's and LeaveTopic's Muster calls. Default
-	// DefaultJoinWait.
+	// JoinWait bounds JoinTopic's and LeaveTopic's Muster calls (and, under
+	// RoutingSubjects, the wait for the server to confirm a subscription).
+	// Default DefaultJoinWait.
 	JoinWait time.Duration
+	// Routing is how events travel between nodes; "" is RoutingMuster.
+	// RoutingSubjects and RoutingFlood need Conn and Prefix, and leave
+	// Transport unused (Scope may then be nil).
+	Routing Routing
+	// Conn carries RoutingSubjects and RoutingFlood: give the PubSub a
+	// connection of its own, made with nats.NoEcho() (a node then never
+	// receives its own publications), as it sets the connection's error
+	// handler. The caller closes it after Close.
+	Conn *nats.Conn
+	// Prefix is the subject prefix of TopicSubject and FloodSubject (the
+	// cluster name).
+	Prefix string
 }
 
 // PubSub is Muster-routed topic fan-out (see the package doc). It
@@ -81,6 +104,8 @@ type PubSub struct {
 	log      *zap.Logger // Info and Debug
 	warn     *zap.Logger // failures: sampled
 	joinWait time.Duration
+	routing  Routing
+	bus      *bus // RoutingSubjects and RoutingFlood
 
 	mu      sync.Mutex
 	members map[string]*topicMember // topics with local subscribers
@@ -95,10 +120,18 @@ var (
 )
 
 // New returns a PubSub for cfg. It panics when a required field is missing
-// (a programming error).
+// or Routing is unknown (a programming error; ParseRouting checks outside
+// input).
 func New(cfg Config) *PubSub {
-	if cfg.Node == "" || cfg.Scope == nil || cfg.Transport == nil || cfg.Local == nil {
+	routing, err := ParseRouting(string(cfg.Routing))
+	if err != nil {
+		panic(err)
+	}
+	if routing == RoutingMuster && (cfg.Node == "" || cfg.Scope == nil || cfg.Transport == nil || cfg.Local == nil) {
 		panic("pubsub: Config needs Node, Scope, Transport and Local")
+	}
+	if routing != RoutingMuster && (cfg.Node == "" || cfg.Conn == nil || cfg.Prefix == "" || cfg.Local == nil) {
+		panic("pubsub: Config needs Node, Conn, Prefix and Local under routing " + string(routing))
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
@@ -113,9 +146,17 @@ func New(cfg Config) *PubSub {
 		// First line per message per second; the counters count them all.
 		return zapcore.NewSamplerWithOptions(c, time.Second, 1, 0)
 	}))
-	return &PubSub{self: cfg.Node, scope: cfg.Scope, tr: cfg.Transport, local: cfg.Local, m: cfg.Metrics,
-		log: cfg.Logger, warn: warn, joinWait: cfg.JoinWait, members: make(map[string]*topicMember)}
+	p := &PubSub{self: cfg.Node, scope: cfg.Scope, tr: cfg.Transport, local: cfg.Local, m: cfg.Metrics,
+		log: cfg.Logger, warn: warn, joinWait: cfg.JoinWait, routing: routing, members: make(map[string]*topicMember)}
+	if routing != RoutingMuster {
+		p.bus = &bus{nc: cfg.Conn, prefix: cfg.Prefix, inbox: make(chan *nats.Msg, busInboxLen),
+			done: make(chan struct{}), subs: make(map[string]*nats.Subscription)}
+	}
+	return p
 }
+
+// Routing returns how this PubSub carries events between nodes.
+func (p *PubSub) Routing() Routing { return p.routing }
 
 // topicMember is this node's Muster member for one topic: it exists while the
 // topic has local subscribers. Its done channel closes when the last one leaves.
@@ -152,8 +193,17 @@ func (p *PubSub) fail(op, msg string, fields ...zap.Field) {
 // subscription returns, so a channel join waits (up to JoinWait) for
 // Muster's join and a routed broadcast published after the join reply
 // cannot miss the socket. A failed join is counted and logged; floods reach
-// the topic meanwhile.
+// the topic meanwhile. Under RoutingSubjects it subscribes to the topic's
+// subject instead, and waits (up to JoinWait) for the server to confirm it;
+// under RoutingFlood it does nothing (every node receives every event).
 func (p *PubSub) JoinTopic(topic string) {
+	switch p.routing {
+	case RoutingSubjects:
+		p.joinSubject(topic)
+		return
+	case RoutingFlood:
+		return
+	}
 	m := &topicMember{id: topic + "@" + p.self, done: make(chan struct{})}
 	p.mu.Lock()
 	p.members[topic] = m
@@ -167,8 +217,16 @@ func (p *PubSub) JoinTopic(topic string) {
 
 // LeaveTopic leaves topic's Muster group. Wire it to the hub's
 // last-unsubscribe hook. A failed leave is only logged at Debug: closing
-// the member's done channel removes it anyway.
+// the member's done channel removes it anyway. Under RoutingSubjects it
+// removes the topic's subscription; under RoutingFlood it does nothing.
 func (p *PubSub) LeaveTopic(topic string) {
+	switch p.routing {
+	case RoutingSubjects:
+		p.leaveSubject(topic)
+		return
+	case RoutingFlood:
+		return
+	}
 	p.mu.Lock()
 	m := p.members[topic]
 	delete(p.members, topic)
@@ -187,7 +245,11 @@ func (p *PubSub) LeaveTopic(topic string) {
 // Publish implements session.Publisher: local sockets first, then the routed
 // fan-out. It returns an error only when ev cannot be encoded; transport
 // failures are counted and logged, never returned (delivery is best effort).
+// The routed fan-out does not end with ctx: a local fan-out to many sockets
+// can outlast the caller's deadline, and the sends after it only queue
+// messages on the transport (they never wait for a reply).
 func (p *PubSub) Publish(ctx context.Context, ev session.Event) error {
+	ctx = context.WithoutCancel(ctx)
 	payload, err := json.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("pubsub: encode event %s/%s: %w", ev.Session, ev.Pos(), err)
@@ -197,6 +259,10 @@ func (p *PubSub) Publish(ctx context.Context, ev session.Event) error {
 	p.sampleDelivery(p.local.Broadcast(topic, ev.Type, payload, ev.Pos()), ev.At, nil)
 
 	msg := Message{Topic: topic, Event: ev.Type, Origin: p.self, Pos: ev.Pos(), Payload: payload}
+	if p.busMode() {
+		p.publishBus(&msg)
+		return nil
+	}
 	r := p.scope.Router(topic)
 	switch {
 	case r.Status == muster.RouteOK && r.Node == p.self:
@@ -249,6 +315,7 @@ func (p *PubSub) flood(ctx context.Context, msg *Message) {
 	p.floods.Add(1)
 	p.m.Floods.Inc()
 	b, _ := msg.MarshalBinary()
+	p.m.SentBytes.Add(float64(len(b)))
 	if err := p.tr.Broadcast(ctx, b); err != nil {
 		p.fail(OpFlood, "pubsub flood failed; nodes holding the topic miss the event until a rejoin replays it", zap.String("topic", msg.Topic), zap.Stringer("pos", msg.Pos), zap.Error(err))
 	}
@@ -261,6 +328,7 @@ func (p *PubSub) flood(ctx context.Context, msg *Message) {
 func (p *PubSub) send(ctx context.Context, to string, b []byte, msg *Message) {
 	p.sent.Add(1)
 	p.m.NodeMessages.Inc()
+	p.m.SentBytes.Add(float64(len(b)))
 	if err := p.tr.Send(ctx, to, b); err != nil {
 		p.fail(OpSend, "pubsub send failed; the node misses the event until a rejoin replays it", zap.String("to", to), zap.Stringer("kind", msg.Kind), zap.String("topic", msg.Topic), zap.Stringer("pos", msg.Pos), zap.Error(err))
 	}

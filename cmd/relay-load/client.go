@@ -18,12 +18,21 @@ import (
 type client struct {
 	url, token, topic string
 	st                *stats
+	release           func() // called once the join outcome is reported (-dial-window); nil: none
+}
+
+// report sends the join outcome and frees the client's dial-window slot.
+func (c *client) report(joined chan<- error, err error) {
+	joined <- err
+	if c.release != nil {
+		c.release()
+	}
 }
 
 func (c *client) run(ctx context.Context, joined chan<- error) {
 	u, err := url.Parse(c.url)
 	if err != nil {
-		joined <- err
+		c.report(joined, err)
 		return
 	}
 	q := u.Query()
@@ -34,7 +43,7 @@ func (c *client) run(ctx context.Context, joined chan<- error) {
 	conn, _, err := websocket.Dial(dctx, u.String(), nil)
 	cancel()
 	if err != nil {
-		joined <- fmt.Errorf("dial %s: %w", c.url, err)
+		c.report(joined, fmt.Errorf("dial %s: %w", c.url, err))
 		return
 	}
 	defer conn.CloseNow()
@@ -50,7 +59,7 @@ func (c *client) run(ctx context.Context, joined chan<- error) {
 	}
 	join := fmt.Sprintf(`["1","1",%q,"phx_join",{}]`, c.topic)
 	if err := write(join); err != nil {
-		joined <- err
+		c.report(joined, err)
 		return
 	}
 	go func() { // heartbeat every 30 s, as phoenix.js does
@@ -73,7 +82,9 @@ func (c *client) run(ctx context.Context, joined chan<- error) {
 		buf, err = readMessage(ctx, conn, buf[:0])
 		if err != nil {
 			if !reported {
-				joined <- fmt.Errorf("read before join reply: %w", err)
+				c.report(joined, fmt.Errorf("read before join reply: %w", err))
+			} else if ctx.Err() == nil {
+				c.st.closed.Add(1)
 			}
 			return
 		}
@@ -85,10 +96,10 @@ func (c *client) run(ctx context.Context, joined chan<- error) {
 		if !reported && bytes.HasPrefix(buf, []byte(`["1","1",`)) && bytes.Contains(buf, []byte(`"phx_reply"`)) {
 			reported = true
 			if !bytes.Contains(buf, []byte(`"status":"ok"`)) {
-				joined <- fmt.Errorf("join %s: %s", c.topic, buf)
+				c.report(joined, fmt.Errorf("join %s: %s", c.topic, buf))
 				return
 			}
-			joined <- nil
+			c.report(joined, nil)
 		}
 	}
 }

@@ -53,6 +53,8 @@ type options struct {
 	pids             []int
 	words            int
 	retryOnDirective bool
+	expect           int64 // with -rate < 0: end the window once this many deliveries arrived
+	dialWindow       int   // most sockets dialing or joining at once (0: no bound)
 }
 
 func main() {
@@ -82,6 +84,8 @@ func main() {
 	flag.StringVar(&pids, "pids", "", "comma-separated gateway pids to read RSS and CPU from /proc")
 	flag.IntVar(&o.words, "words", 1, "words per posted message (the echo agent emits one delta per word)")
 	flag.BoolVar(&o.retryOnDirective, "retry", true, "follow retry directives within their budget")
+	flag.IntVar(&o.dialWindow, "dial-window", 0, "most sockets dialing or waiting for their join reply at once; dials wait for a free slot (0: no bound, dial at -connect-rate whatever the server's pace)")
+	flag.Int64Var(&o.expect, "expect", 0, "with a negative -rate: end the measuring window as soon as this many deliveries arrived (-duration still bounds it), and report the time from the events' stamp to the last delivery")
 	flag.Parse()
 	o.ws, o.post = split(ws), split(post)
 	for _, p := range split(pids) {
@@ -119,10 +123,22 @@ func run(ctx context.Context, o options) error {
 	defer cancel()
 
 	joined := make(chan error, o.sockets)
+	var window chan struct{} // -dial-window slots
+	if o.dialWindow > 0 {
+		window = make(chan struct{}, o.dialWindow)
+	}
 	tick := time.NewTicker(time.Second / time.Duration(max(1, o.connectRate)))
 	for i := 0; i < o.sockets; i++ {
 		<-tick.C
 		c := &client{url: o.ws[i%len(o.ws)], token: o.token, topic: "session:" + sessionName(o, i%o.sessions), st: st}
+		if window != nil {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			c.release = func() { <-window }
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -174,15 +190,20 @@ func run(ctx context.Context, o options) error {
 	start := time.Now()
 	postErrs := postLoop(ctx, o, st)
 	// Let in-flight turns land before the final read.
-	select {
-	case <-time.After(2 * time.Second):
-	case <-ctx.Done():
+	if o.rate >= 0 || o.expect == 0 {
+		select {
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+		}
 	}
 	elapsed := time.Since(start)
 	endCPU := readProcs(o.pids)
 	cancel()
 	wg.Wait()
 	st.report(elapsed, postErrs)
+	if o.expect > 0 {
+		st.reportLast(o.expect)
+	}
 	if len(o.pids) > 0 {
 		cpu := endCPU.cpu - startCPU.cpu
 		n := st.received.Load()
@@ -198,6 +219,10 @@ func sessionName(o options, i int) string { return fmt.Sprintf("%s-%d", o.prefix
 // returns the number of requests that failed for good.
 func postLoop(ctx context.Context, o options, st *stats) int64 {
 	if o.rate < 0 { // measure only
+		if o.expect > 0 {
+			waitDeliveries(ctx, st, o.expect, o.duration)
+			return 0
+		}
 		select {
 		case <-time.After(o.duration):
 		case <-ctx.Done():

@@ -18,6 +18,7 @@ type stats struct {
 	next     atomic.Uint32
 	received atomic.Int64
 	posted   atomic.Int64
+	closed   atomic.Int64 // sockets that lost their connection after joining
 }
 
 type statShard struct {
