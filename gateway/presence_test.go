@@ -147,7 +147,7 @@ func TestPresenceAcrossNodes(t *testing.T) {
 // (trace point socket.dead, which ended its one channel), not when the close
 // handshake with the silent client gives up.
 func TestSilentSocketLeavesAtHeartbeatTimeout(t *testing.T) {
-	n, srv, tr := testNode(t, func(c *Config) { c.HeartbeatTimeout = 100 * time.Millisecond })
+	n, srv, tr := testNode(t, func(c *Config) { c.HeartbeatTimeout, c.LongPollWindow = 100*time.Millisecond, 50*time.Millisecond })
 	tok, _ := n.Auth().Mint("bob", []string{"*"}, time.Hour)
 	bob := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
 	bob.Join("session:hb", map[string]any{})
