@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -199,7 +199,8 @@ func (e *Endpoint) Stats() Stats { return e.stats.snapshot() }
 // non-GET → 400; draining → 503; Origin not allowed → 403; vsn not 1.x/2.x →
 // 403; Connect error → 403; then the WebSocket upgrade, answering
 // Sec-WebSocket-Protocol: phoenix when the client offered it. It returns
-// as soon as the socket is attached; the socket is read on its own goroutine.
+// as soon as the socket is attached; the socket is read by a goroutine only
+// while it has input (sockReader).
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.WriteHeader(http.StatusBadRequest)
@@ -240,70 +241,27 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered
 	}
-	conn.SetReadLimit(-1) // readLoop applies MaxFrameBytes itself
+	conn.SetReadLimit(-1) // sockReader applies MaxFrameBytes itself
 	if tc, ok := sbw.conn.(*net.TCPConn); ok && e.cfg.UnsentBytes > 0 {
 		setUnsentLimit(tc, e.cfg.UnsentBytes)
 	}
-	readDone := make(chan struct{})
+	rd := newSockReader(e, conn, sbw.br)
+	var rc syscall.RawConn
+	if tc, ok := sbw.conn.(*net.TCPConn); ok {
+		rc, _ = tc.SyscallConn()
+	}
 	// The socket's context starts empty: deriving it from r.Context()
 	// would keep the request's and the connection's contexts (and any
 	// middleware's values) alive for the socket's whole life.
-	s, err := e.Attach(context.Background(), wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)
+	s, err := e.Attach(context.Background(), pollTransport{wsTransport: wsTransport{conn: conn, cork: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: rd.readDone}, r: rd}, ser, assigns)
 	if err != nil {
 		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
 		return
 	}
-	// Read on a fresh goroutine and let the HTTP handler return: the
-	// request, the router's frames and the deeper stack are released, which
-	// is most of an idle socket's memory after its buffers.
-	go e.readLoop(conn, s, readDone)
-}
-
-// readLoop feeds a socket's inbound messages to it until the connection
-// ends, then closes readDone. A message over MaxFrameBytes closes the socket
-// with 1009. Once the socket is closing, input is read and discarded (the
-// library still answers pings, the rest of an over-size message is skipped)
-// until the client's close frame or the end of the stream: the close
-// handshake completes and the connection is never closed with unread input,
-// which would reset it before the client reads the close frame.
-func (e *Endpoint) readLoop(conn *websocket.Conn, s *Socket, readDone chan struct{}) {
-	defer s.End()
-	defer close(readDone)
-	limit := e.cfg.MaxFrameBytes
-	var lr io.LimitedReader
-	discarding := false
-	for {
-		typ, r, err := conn.Reader(context.Background())
-		if err != nil {
-			e.cfg.Tracer.Emit("socket.read_end", "socket", s.id, "code", int(websocket.CloseStatus(err)))
-			return
-		}
-		if discarding {
-			if _, err := io.Copy(io.Discard, r); err != nil {
-				return
-			}
-			continue
-		}
-		lr.R, lr.N = r, limit+1
-		data, err := io.ReadAll(&lr)
-		lr.R = nil
-		if err != nil {
-			return
-		}
-		if int64(len(data)) > limit {
-			e.stats.badFrames.Add(1)
-			e.cfg.Tracer.Emit("socket.too_big", "socket", s.id)
-			s.closeWith(CloseTooBig, CloseTooBig.String())
-			discarding = true
-			if _, err := io.Copy(io.Discard, r); err != nil {
-				return
-			}
-			continue
-		}
-		if s.Receive(Frame{Data: data, Binary: typ == websocket.MessageBinary}) != nil {
-			discarding = true
-		}
-	}
+	// Let the HTTP handler return: the request, the router's frames and
+	// the handler's stack are released. The socket is read by a goroutine
+	// only while it has input (sockReader).
+	rd.start(s, rc, sbw.early)
 }
 
 // authTokenPrefix marks the subprotocol entry carrying the auth token

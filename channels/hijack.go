@@ -25,7 +25,12 @@ const (
 type smallBufWriter struct {
 	http.ResponseWriter
 	cork *corkWriter
-	conn net.Conn // the hijacked connection
+	conn net.Conn      // the hijacked connection
+	br   *bufio.Reader // its read buffer, as handed to the WebSocket library
+	// early: the client sent bytes right behind the upgrade request. The
+	// library moves them out of br into a reader of its own, where no
+	// readiness poller sees them, so the socket's reader must read at once.
+	early bool
 }
 
 func (w *smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -47,7 +52,7 @@ func (w *smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		_, _ = br.Peek(n)
 	}
 	w.cork = &corkWriter{conn: c}
-	w.conn = c
+	w.conn, w.br, w.early = c, br, n > 0
 	return corkConn{Conn: c, w: w.cork}, bufio.NewReadWriter(br, bufio.NewWriterSize(w.cork, connWriteBuffer)), nil
 }
 

@@ -23,7 +23,7 @@ type Transport interface {
 
 // wsTransport adapts a coder/websocket connection. A batch is written with
 // one syscall through cork (nil: one write per message), bounded by timeout.
-// readDone is closed when the reading side (Endpoint.readLoop) has stopped.
+// readDone is closed when the reading side (sockReader) has stopped.
 type wsTransport struct {
 	conn     *websocket.Conn
 	cork     *corkWriter
