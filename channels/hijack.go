@@ -12,9 +12,12 @@ import (
 // library keeps for the connection's life: 8 KiB of every idle socket. Client
 // frames are small (joins, pushes, heartbeats) and server frames are written
 // one message at a time, so smaller buffers cost a few more syscalls only for
-// messages larger than them.
+// messages larger than them. The read buffer holds any frame header (at most
+// 14 bytes) and a heartbeat with its header (about 50 bytes); a larger
+// message is read in pieces, most of them straight into the message's own
+// buffer (bufio skips its buffer for reads at least its size).
 const (
-	connReadBuffer  = 1024
+	connReadBuffer  = 256
 	connWriteBuffer = 2048
 )
 

@@ -342,7 +342,11 @@ func FuzzSocketReader(f *testing.F) {
 	f.Add([]byte("hello"), []byte{1, 5, 200}, uint8(3))
 	f.Add([]byte(strings.Repeat("z", 3000)), []byte{0, 0, 1}, uint8(7))
 	f.Add([]byte(""), []byte{}, uint8(0))
-	f.Fuzz(func(t *testing.T, text []byte, cuts []byte, mode uint8) {
+	f.Fuzz(fuzzSocketReader)
+}
+
+func fuzzSocketReader(t *testing.T, text []byte, cuts []byte, mode uint8) {
+	{
 		ts := roomServer(t, echoHandler(), EndpointConfig{})
 		c := dialWS(t, ts)
 		c.join("1")
@@ -393,5 +397,5 @@ func FuzzSocketReader(f *testing.F) {
 				t.Fatalf("unexpected opcode %d %q", op, p)
 			}
 		}
-	})
+	}
 }
