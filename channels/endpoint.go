@@ -306,13 +306,12 @@ func (e *Endpoint) Attach(ctx context.Context, t Transport, ser Serializer, assi
 		ser = V2
 	}
 	s := &Socket{
-		id:       strconv.FormatUint(e.nextID.Add(1), 36),
-		ep:       e,
-		t:        t,
-		ser:      ser,
-		serIdx:   ser.index(),
-		assigns:  assigns,
-		channels: make(map[string]*Channel),
+		id:      strconv.FormatUint(e.nextID.Add(1), 36),
+		ep:      e,
+		t:       t,
+		ser:     ser,
+		serIdx:  ser.index(),
+		assigns: assigns,
 	}
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.mu.Lock()
