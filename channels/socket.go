@@ -28,7 +28,7 @@ type Socket struct {
 	cancel context.CancelFunc
 
 	chMu     sync.Mutex
-	channels []*Channel // joined channels, one per topic (mostly one or two: a slice is 600 B smaller than a map); guarded by chMu
+	channels []*Channel // joined channels, one per topic (mostly one or two: a slice holds one in 8 B, a map entry took 208 B); guarded by chMu
 
 	outMu        sync.Mutex
 	queue        []Frame    // bulk lane; guarded by outMu
