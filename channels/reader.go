@@ -192,10 +192,13 @@ func newSockReader(e *Endpoint, conn *websocket.Conn, br *bufio.Reader) *sockRea
 // them) or bytes already buffered, the first read starts at once.
 func (r *sockReader) start(s *Socket, rc syscall.RawConn, early bool) {
 	r.s = s
-	if rc != nil && readPoller.add(r, rc) {
-		if !early && r.br.Buffered() == 0 && r.state.CompareAndSwap(readRunning, readIdle) {
+	now := early || r.br.Buffered() > 0
+	if rc != nil && readPoller.add(r, rc, !now) {
+		if !now && r.state.CompareAndSwap(readRunning, readIdle) {
 			return
 		}
+		// Input is waiting, or a wake came while attaching (input, or
+		// the socket closed).
 		r.state.Store(readRunning)
 		go r.run()
 		return

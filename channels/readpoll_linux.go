@@ -80,9 +80,13 @@ func (p *poller) initLocked() error {
 	return nil
 }
 
-// add registers r's connection (rc) armed; it reports false when the
-// poller cannot take it (the reader then reads on a goroutine of its own).
-func (p *poller) add(r *sockReader, rc syscall.RawConn) bool {
+// add registers r's connection (rc), armed or not; it reports false when
+// the poller cannot take it (the reader then reads on a goroutine of its
+// own). A reader that starts reading at once registers unarmed: an armed
+// registration would report bytes that reader consumes, and the wake would
+// start a read with nothing to read (a goroutine waiting for the next
+// message). Its first re-arm (arm) arms it.
+func (p *poller) add(r *sockReader, rc syscall.RawConn, armed bool) bool {
 	p.mu.Lock()
 	if p.initLocked() != nil {
 		p.mu.Unlock()
@@ -97,7 +101,11 @@ func (p *poller) add(r *sockReader, rc syscall.RawConn) bool {
 	}
 	epfd := p.epfd
 	p.mu.Unlock()
-	if ctl(epfd, unix.EPOLL_CTL_ADD, r) {
+	events := uint32(unix.EPOLLONESHOT) // unarmed (EPOLLERR and EPOLLHUP are still reported, once)
+	if armed {
+		events = pollEvents
+	}
+	if ctlEvents(epfd, unix.EPOLL_CTL_ADD, r, events) {
 		return true
 	}
 	p.remove(r)
@@ -136,9 +144,11 @@ func (p *poller) epfdNow() int {
 
 // ctl applies op to r's connection while its fd is held open; false when the
 // connection is closed or the call failed.
-func ctl(epfd, op int, r *sockReader) bool {
+func ctl(epfd, op int, r *sockReader) bool { return ctlEvents(epfd, op, r, pollEvents) }
+
+func ctlEvents(epfd, op int, r *sockReader, events uint32) bool {
 	var cerr error
-	ev := pollEvent(pollEvents, r.id)
+	ev := pollEvent(events, r.id)
 	err := r.rc.Control(func(fd uintptr) { cerr = unix.EpollCtl(epfd, op, int(fd), &ev) })
 	return err == nil && cerr == nil
 }

@@ -10,6 +10,6 @@ type poller struct{}
 
 var readPoller poller
 
-func (poller) add(*sockReader, syscall.RawConn) bool { return false }
-func (poller) arm(*sockReader) bool                  { return false }
-func (poller) remove(*sockReader)                    {}
+func (poller) add(*sockReader, syscall.RawConn, bool) bool { return false }
+func (poller) arm(*sockReader) bool                        { return false }
+func (poller) remove(*sockReader)                          {}

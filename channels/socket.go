@@ -45,8 +45,7 @@ type Socket struct {
 	closeSent    bool
 	writers      sync.WaitGroup
 
-	timer  *time.Timer  // idle timeout, re-armed lazily (onIdle)
-	lastIn atomic.Int64 // monotonic ns of the last inbound frame
+	lastIn atomic.Int64 // monotonic ns of the last inbound frame (heartbeat timeout: Endpoint.sweep)
 	ended  atomic.Bool
 }
 
@@ -106,7 +105,6 @@ func (s *Socket) End() {
 	if s.ended.Swap(true) {
 		return
 	}
-	s.timer.Stop()
 	s.closeWith(CloseGoingAway, CloseGoingAway.String())
 	s.chMu.Lock()
 	chans := s.channels
@@ -127,16 +125,12 @@ func (s *Socket) isClosing() bool {
 	return s.closing
 }
 
-// onIdle runs on the idle timer: it closes a socket that received nothing for
-// HeartbeatTimeout with 1001, otherwise re-arms for the remaining time.
+// onIdle declares the socket dead: the heartbeat sweep found that it
+// received nothing for HeartbeatTimeout. It closes the socket with 1001
+// (trace point "socket.idle"); a socket already closing or ended is left
+// alone.
 func (s *Socket) onIdle() {
-	if s.ended.Load() {
-		return
-	}
-	timeout := s.ep.cfg.HeartbeatTimeout
-	idle := time.Duration(monoNow() - s.lastIn.Load())
-	if idle < timeout {
-		s.timer.Reset(timeout - idle)
+	if s.ended.Load() || s.isClosing() {
 		return
 	}
 	s.ep.cfg.Tracer.Emit("socket.idle", "socket", s.id)
