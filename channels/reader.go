@@ -57,9 +57,10 @@ type sockReader struct {
 
 	discarding bool // the socket is closing: input is read and discarded; touched by the reading goroutine only
 
-	state atomic.Int32    // readIdle, readRunning or readWoken
-	id    uint64          // key in the poller (never the fd: fd numbers are reused)
-	rc    syscall.RawConn // the connection's fd while polled; nil: not polled
+	state  atomic.Int32    // readIdle, readRunning or readWoken
+	closed atomic.Bool     // the transport closed the connection: a wake reads to the end
+	id     uint64          // key in the poller (never the fd: fd numbers are reused)
+	rc     syscall.RawConn // the connection's fd while polled; nil: not polled
 }
 
 // Reader states (sockReader.state).
@@ -117,8 +118,19 @@ func (r *sockReader) loop() {
 // run is the goroutine a wake starts: it reads messages while the read
 // buffer holds bytes, then re-arms the poller registration and exits (a
 // wake that arrived meanwhile makes it read again).
-func (r *sockReader) run() {
+func (r *sockReader) run(force bool) {
 	for {
+		if !force && r.br.Buffered() == 0 && !r.closed.Load() && !readPoller.pending(r) {
+			// Woken with nothing to read: the bytes that caused the wake
+			// were read by the run before. Go idle instead of waiting in
+			// Reader for the next message.
+			r.e.cfg.Tracer.Emit("socket.read_spurious", "socket", r.s.id)
+			if !r.idle() {
+				return
+			}
+			continue
+		}
+		force = false
 		if !r.readOne() {
 			r.finish()
 			return
@@ -128,20 +140,31 @@ func (r *sockReader) run() {
 			return
 		}
 		if r.br.Buffered() > 0 {
+			force = true // buffered bytes: read on without asking the kernel
 			continue
 		}
-		if !readPoller.arm(r) {
-			// The connection closed under us, or the poller failed:
-			// read on this goroutine; Reader reports the end.
-			r.loop()
+		if !r.idle() {
 			return
 		}
-		if r.state.CompareAndSwap(readRunning, readIdle) {
-			r.e.cfg.Tracer.Emit("socket.read_idle", "socket", r.s.id)
-			return
-		}
-		r.state.Store(readRunning) // woken while running
 	}
+}
+
+// idle re-arms the registration and lets the goroutine go. It reports true
+// when the goroutine must read again instead (a wake arrived meanwhile),
+// false when it is done (idle, or the socket was read to its end on this
+// goroutine because the connection closed or the poller failed).
+func (r *sockReader) idle() bool {
+	if !readPoller.arm(r) {
+		// Reader reports the end.
+		r.loop()
+		return false
+	}
+	if r.state.CompareAndSwap(readRunning, readIdle) {
+		r.e.cfg.Tracer.Emit("socket.read_idle", "socket", r.s.id)
+		return false
+	}
+	r.state.Store(readRunning) // woken while running
+	return true
 }
 
 // wake starts a reading goroutine unless one runs, in which case that one
@@ -153,7 +176,7 @@ func (r *sockReader) wake() {
 		switch r.state.Load() {
 		case readIdle:
 			if r.state.CompareAndSwap(readIdle, readRunning) {
-				go r.run()
+				go r.run(false)
 				return
 			}
 		case readRunning:
@@ -200,7 +223,7 @@ func (r *sockReader) start(s *Socket, rc syscall.RawConn, early bool) {
 		// Input is waiting, or a wake came while attaching (input, or
 		// the socket closed).
 		r.state.Store(readRunning)
-		go r.run()
+		go r.run(now)
 		return
 	}
 	go r.loop()
@@ -216,6 +239,7 @@ type pollTransport struct {
 
 func (t pollTransport) Close(code CloseCode, reason string) error {
 	err := t.wsTransport.Close(code, reason)
+	t.r.closed.Store(true)
 	t.r.wake()
 	return err
 }

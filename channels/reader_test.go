@@ -129,8 +129,7 @@ func waitIdle(t testing.TB, tr *trace.Tracer, n int) {
 	defer cancel()
 	if _, err := tr.WaitForN(ctx, trace.Kind("socket.read_idle"), n); err != nil {
 		_, stacks := readerGoroutines()
-		_ = stacks
-		t.Fatalf("%d reads gone idle: %v; trace:\n%s", n, err, tr.Dump())
+		t.Fatalf("%d reads gone idle: %v; reading goroutines:\n%s", n, err, stacks)
 	}
 }
 
@@ -406,4 +405,32 @@ func fuzzSocketReader(t *testing.T, text []byte, cuts []byte, mode uint8) {
 			}
 		}
 	}
+}
+
+// TestSpuriousWakeGoesIdle: a wake with nothing to read (its bytes were read
+// by the run before) does not leave a goroutine waiting in the library for
+// the next message: the run sees no input, re-arms and goes idle, and the
+// socket is still read afterwards.
+func TestSpuriousWakeGoesIdle(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the read poller is Linux only")
+	}
+	ts := roomServer(t, echoHandler(), EndpointConfig{})
+	c := dialWS(t, ts)
+	c.join("1")
+	waitIdle(t, ts.tr, 1)
+	id := ts.tr.Filter(trace.Kind("socket.open"))[0].Get("socket").(string)
+	r := ts.ep.Socket(id).t.(pollTransport).r
+	r.wake()
+	waitTrace(t, ts.tr, trace.Kind("socket.read_spurious", "socket", id))
+	waitIdle(t, ts.tr, 2)
+	deadline := time.Now().Add(testTimeout)
+	for n, _ := readerGoroutines(); n > 0 && time.Now().Before(deadline); n, _ = readerGoroutines() {
+		runtime.Gosched()
+	}
+	if n, stacks := readerGoroutines(); n != 0 {
+		t.Fatalf("%d reader goroutines after a spurious wake:\n%s", n, stacks)
+	}
+	c.send(`["1","2","room:lobby","echo",{"after":"wake"}]`)
+	c.expect(`["1","2","room:lobby","phx_reply",{"status":"ok","response":{"after":"wake"}}]`)
 }

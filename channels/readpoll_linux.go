@@ -136,6 +136,21 @@ func (p *poller) remove(r *sockReader) {
 	p.mu.Unlock()
 }
 
+// pending reports whether r's connection may have input: bytes, the end of
+// the stream or an error (a non-blocking MSG_PEEK of one byte that does not
+// answer EAGAIN), or the connection is closed. A wake can come for bytes
+// that the run before already read (they arrived after its re-arm and were
+// read with the bytes before them); pending tells those apart.
+func (p *poller) pending(r *sockReader) bool {
+	var b [1]byte
+	more := true
+	err := r.rc.Control(func(fd uintptr) {
+		_, _, perr := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		more = perr != unix.EAGAIN
+	})
+	return err != nil || more
+}
+
 func (p *poller) epfdNow() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
