@@ -6,9 +6,11 @@
 // broadcasts out to local channels, encoding each frame once per serializer.
 // Source for every behaviour: docs/PHOENIX.md.
 //
-// Goroutines per socket: the reader (Endpoint.ServeHTTP, or whoever calls
-// Socket.Receive for an in-memory Transport) and a writer that exists only
-// while frames are queued. One idle timer per socket.
+// Goroutines per socket: a reader that exists only while the socket has
+// input (sockReader; one per socket where no readiness poller is
+// available, or whoever calls Socket.Receive for an in-memory Transport) and
+// a writer that exists only while frames are queued. The heartbeat timeout
+// of all an endpoint's sockets is checked by one sweep (Endpoint.sweep).
 //
 // Malformed frames close the socket with 1007 (binary on V1: 1003), the way
 // Phoenix crashes the connection; see errors.go for every close code and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -39,7 +39,10 @@ type EndpointConfig struct {
 	AllowedOrigins []string
 	// HeartbeatTimeout closes (1001) a socket that sends nothing for this
 	// long. Default 60 s (Phoenix's idle timeout; clients send a heartbeat
-	// every 30 s).
+	// every 30 s). One sweep per endpoint checks every socket each
+	// sweepPeriod (a second, or a quarter of the timeout when that is
+	// shorter), so a silent socket is closed within that period after the
+	// timeout; no socket holds a timer of its own.
 	HeartbeatTimeout time.Duration
 	// MaxFrameBytes is the largest inbound frame; larger closes with 1009.
 	// Default 64 KiB.
@@ -159,10 +162,11 @@ type Endpoint struct {
 	stats  counters
 	nextID atomic.Uint64
 
-	mu       sync.Mutex
-	sockets  map[string]*Socket // guarded by mu
-	draining bool               // guarded by mu
-	drained  chan struct{}      // closed when draining and no socket is left
+	mu        sync.Mutex
+	sockets   map[string]*Socket // guarded by mu
+	sweepStop chan struct{}      // stops the heartbeat sweep; nil while none runs; guarded by mu
+	draining  bool               // guarded by mu
+	drained   chan struct{}      // closed when draining and no socket is left
 
 	sched writeSched // when and by whom sockets write
 }
@@ -213,7 +217,8 @@ func (e *Endpoint) Stats() Stats { return e.stats.snapshot() }
 // non-GET → 400; draining → 503; Origin not allowed → 403; vsn not 1.x/2.x →
 // 403; Connect error → 403; then the WebSocket upgrade, answering
 // Sec-WebSocket-Protocol: phoenix when the client offered it. It returns
-// as soon as the socket is attached; the socket is read on its own goroutine.
+// as soon as the socket is attached; the socket is read by a goroutine only
+// while it has input (sockReader).
 func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
 		w.WriteHeader(http.StatusBadRequest)
@@ -254,70 +259,27 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has answered
 	}
-	conn.SetReadLimit(-1) // readLoop applies MaxFrameBytes itself
+	conn.SetReadLimit(-1) // sockReader applies MaxFrameBytes itself
 	if tc, ok := sbw.conn.(*net.TCPConn); ok && e.cfg.UnsentBytes > 0 {
 		setUnsentLimit(tc, e.cfg.UnsentBytes)
 	}
-	readDone := make(chan struct{})
+	rd := newSockReader(e, conn, sbw.br)
+	var rc syscall.RawConn
+	if tc, ok := sbw.conn.(*net.TCPConn); ok {
+		rc, _ = tc.SyscallConn()
+	}
 	// The socket's context starts empty: deriving it from r.Context()
 	// would keep the request's and the connection's contexts (and any
 	// middleware's values) alive for the socket's whole life.
-	s, err := e.Attach(context.Background(), wsTransport{conn: conn, w: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: readDone}, ser, assigns)
+	s, err := e.Attach(context.Background(), pollTransport{wsTransport: wsTransport{conn: conn, w: sbw.cork, timeout: e.cfg.WriteTimeout, readDone: rd.readDone}, r: rd}, ser, assigns)
 	if err != nil {
 		_ = conn.Close(websocket.StatusCode(CloseRestart), CloseRestart.String())
 		return
 	}
-	// Read on a fresh goroutine and let the HTTP handler return: the
-	// request, the router's frames and the deeper stack are released, which
-	// is most of an idle socket's memory after its buffers.
-	go e.readLoop(conn, s, readDone)
-}
-
-// readLoop feeds a socket's inbound messages to it until the connection
-// ends, then closes readDone. A message over MaxFrameBytes closes the socket
-// with 1009. Once the socket is closing, input is read and discarded (the
-// library still answers pings, the rest of an over-size message is skipped)
-// until the client's close frame or the end of the stream: the close
-// handshake completes and the connection is never closed with unread input,
-// which would reset it before the client reads the close frame.
-func (e *Endpoint) readLoop(conn *websocket.Conn, s *Socket, readDone chan struct{}) {
-	defer s.End()
-	defer close(readDone)
-	limit := e.cfg.MaxFrameBytes
-	var lr io.LimitedReader
-	discarding := false
-	for {
-		typ, r, err := conn.Reader(context.Background())
-		if err != nil {
-			e.cfg.Tracer.Emit("socket.read_end", "socket", s.id, "code", int(websocket.CloseStatus(err)))
-			return
-		}
-		if discarding {
-			if _, err := io.Copy(io.Discard, r); err != nil {
-				return
-			}
-			continue
-		}
-		lr.R, lr.N = r, limit+1
-		data, err := io.ReadAll(&lr)
-		lr.R = nil
-		if err != nil {
-			return
-		}
-		if int64(len(data)) > limit {
-			e.stats.badFrames.Add(1)
-			e.cfg.Tracer.Emit("socket.too_big", "socket", s.id)
-			s.closeWith(CloseTooBig, CloseTooBig.String())
-			discarding = true
-			if _, err := io.Copy(io.Discard, r); err != nil {
-				return
-			}
-			continue
-		}
-		if s.Receive(Frame{Data: data, Binary: typ == websocket.MessageBinary}) != nil {
-			discarding = true
-		}
-	}
+	// Let the HTTP handler return: the request, the router's frames and
+	// the handler's stack are released. The socket is read by a goroutine
+	// only while it has input (sockReader).
+	rd.start(s, rc, sbw.early)
 }
 
 // authTokenPrefix marks the subprotocol entry carrying the auth token
@@ -362,13 +324,12 @@ func (e *Endpoint) Attach(ctx context.Context, t Transport, ser Serializer, assi
 		ser = V2
 	}
 	s := &Socket{
-		id:       strconv.FormatUint(e.nextID.Add(1), 36),
-		ep:       e,
-		t:        t,
-		ser:      ser,
-		serIdx:   ser.index(),
-		assigns:  assigns,
-		channels: make(map[string]*Channel),
+		id:      strconv.FormatUint(e.nextID.Add(1), 36),
+		ep:      e,
+		t:       t,
+		ser:     ser,
+		serIdx:  ser.index(),
+		assigns: assigns,
 	}
 	s.aw, _ = t.(asyncTransport)
 	s.ctx, s.cancel = context.WithCancel(context.WithoutCancel(ctx))
@@ -378,10 +339,13 @@ func (e *Endpoint) Attach(ctx context.Context, t Transport, ser Serializer, assi
 		s.cancel()
 		return nil, fmt.Errorf("attach socket: %w", ErrShutdown)
 	}
-	e.sockets[s.id] = s
-	e.mu.Unlock()
 	s.lastIn.Store(monoNow())
-	s.timer = time.AfterFunc(e.cfg.HeartbeatTimeout, s.onIdle)
+	e.sockets[s.id] = s
+	if e.sweepStop == nil {
+		e.sweepStop = make(chan struct{})
+		go e.sweep(e.sweepStop)
+	}
+	e.mu.Unlock()
 	e.stats.socketsOpen.Add(1)
 	e.stats.sockets.Add(1)
 	e.cfg.Tracer.Emit("socket.open", "socket", s.id, "vsn", ser.Version())
@@ -393,12 +357,54 @@ func (e *Endpoint) detach(s *Socket) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	delete(e.sockets, s.id)
+	if len(e.sockets) == 0 && e.sweepStop != nil {
+		close(e.sweepStop)
+		e.sweepStop = nil
+	}
 	if e.draining && len(e.sockets) == 0 {
 		select {
 		case <-e.drained:
 		default:
 			close(e.drained)
 		}
+	}
+}
+
+// sweepPeriod is how often the heartbeat sweep runs: a second, or a quarter
+// of HeartbeatTimeout when that is shorter (at least a millisecond).
+func (e *Endpoint) sweepPeriod() time.Duration {
+	return max(min(time.Second, e.cfg.HeartbeatTimeout/4), time.Millisecond)
+}
+
+// sweep declares dead (Socket.onIdle: close with 1001) every socket that
+// received nothing for HeartbeatTimeout, once each sweepPeriod, until stop
+// is closed (when the endpoint's last socket is gone). One sweep replaces a
+// timer per socket: 10,000 sockets cost one pass over the socket map, tens
+// of microseconds, a second.
+func (e *Endpoint) sweep(stop chan struct{}) {
+	t := time.NewTicker(e.sweepPeriod())
+	defer t.Stop()
+	limit := int64(e.cfg.HeartbeatTimeout)
+	var dead []*Socket
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := monoNow()
+		e.mu.Lock()
+		for _, s := range e.sockets {
+			if now-s.lastIn.Load() >= limit {
+				dead = append(dead, s)
+			}
+		}
+		e.mu.Unlock()
+		for i, s := range dead {
+			s.onIdle()
+			dead[i] = nil
+		}
+		dead = dead[:0]
 	}
 }
 

@@ -12,9 +12,12 @@ import (
 // library keeps for the connection's life: 8 KiB of every idle socket. Client
 // frames are small (joins, pushes, heartbeats) and server frames are written
 // one message at a time, so smaller buffers cost a few more syscalls only for
-// messages larger than them.
+// messages larger than them. The read buffer holds any frame header (at most
+// 14 bytes) and a heartbeat with its header (about 50 bytes); a larger
+// message is read in pieces, most of them straight into the message's own
+// buffer (bufio skips its buffer for reads at least its size).
 const (
-	connReadBuffer  = 1024
+	connReadBuffer  = 256
 	connWriteBuffer = 256 // the library writes control frames only (≤ 127 bytes), one per flush
 )
 
@@ -25,7 +28,12 @@ const (
 type smallBufWriter struct {
 	http.ResponseWriter
 	cork *connWriter
-	conn net.Conn // the hijacked connection
+	conn net.Conn      // the hijacked connection
+	br   *bufio.Reader // its read buffer, as handed to the WebSocket library
+	// early: the client sent bytes right behind the upgrade request. The
+	// library moves them out of br into a reader of its own, where no
+	// readiness poller sees them, so the socket's reader must read at once.
+	early bool
 }
 
 func (w *smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -47,7 +55,7 @@ func (w *smallBufWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		_, _ = br.Peek(n)
 	}
 	w.cork = newConnWriter(c)
-	w.conn = c
+	w.conn, w.br, w.early = c, br, n > 0
 	return writerConn{Conn: c, w: w.cork}, bufio.NewReadWriter(br, bufio.NewWriterSize(w.cork, connWriteBuffer)), nil
 }
 

@@ -29,7 +29,7 @@ type Socket struct {
 	cancel context.CancelFunc
 
 	chMu     sync.Mutex
-	channels map[string]*Channel // joined channels by topic; guarded by chMu
+	channels []*Channel // joined channels, one per topic (mostly one or two: a slice holds one in 8 B, a map entry took 208 B); guarded by chMu
 
 	outMu        sync.Mutex
 	queue        []Frame    // bulk lane; guarded by outMu
@@ -47,8 +47,7 @@ type Socket struct {
 	lastWrite    int64 // monoNow of the writer's last write (0: none); guarded by outMu
 	writers      sync.WaitGroup
 
-	timer  *time.Timer  // idle timeout, re-armed lazily (onIdle)
-	lastIn atomic.Int64 // monotonic ns of the last inbound frame
+	lastIn atomic.Int64 // monotonic ns of the last inbound frame (heartbeat timeout: Endpoint.sweep)
 	ended  atomic.Bool
 }
 
@@ -108,7 +107,6 @@ func (s *Socket) End() {
 	if s.ended.Swap(true) {
 		return
 	}
-	s.timer.Stop()
 	s.closeWith(CloseGoingAway, CloseGoingAway.String())
 	s.chMu.Lock()
 	chans := s.channels
@@ -129,16 +127,12 @@ func (s *Socket) isClosing() bool {
 	return s.closing
 }
 
-// onIdle runs on the idle timer: it closes a socket that received nothing for
-// HeartbeatTimeout with 1001, otherwise re-arms for the remaining time.
+// onIdle declares the socket dead: the heartbeat sweep found that it
+// received nothing for HeartbeatTimeout. It closes the socket with 1001
+// (trace point "socket.idle"); a socket already closing or ended is left
+// alone.
 func (s *Socket) onIdle() {
-	if s.ended.Load() {
-		return
-	}
-	timeout := s.ep.cfg.HeartbeatTimeout
-	idle := time.Duration(monoNow() - s.lastIn.Load())
-	if idle < timeout {
-		s.timer.Reset(timeout - idle)
+	if s.ended.Load() || s.isClosing() {
 		return
 	}
 	s.ep.cfg.Tracer.Emit("socket.idle", "socket", s.id)
@@ -168,24 +162,43 @@ func (s *Socket) declaredDead() {
 func (s *Socket) channel(topic string) *Channel {
 	s.chMu.Lock()
 	defer s.chMu.Unlock()
-	return s.channels[topic]
+	for _, ch := range s.channels {
+		if ch.topic == topic {
+			return ch
+		}
+	}
+	return nil
 }
 
+// setChannel records ch as the channel of its topic, replacing the one
+// there; after End it does nothing (End has taken the channels).
 func (s *Socket) setChannel(ch *Channel) {
 	s.chMu.Lock()
 	defer s.chMu.Unlock()
-	if s.channels != nil {
-		s.channels[ch.topic] = ch
+	if s.ended.Load() {
+		return
 	}
+	for i, old := range s.channels {
+		if old.topic == ch.topic {
+			s.channels[i] = ch
+			return
+		}
+	}
+	s.channels = append(s.channels, ch)
 }
 
-// forget removes ch from the socket's topic map if it is still there.
+// forget removes ch from the socket's channels if it is still there.
 func (s *Socket) forget(ch *Channel) bool {
 	s.chMu.Lock()
 	defer s.chMu.Unlock()
-	if s.channels[ch.topic] == ch {
-		delete(s.channels, ch.topic)
-		return true
+	for i, c := range s.channels {
+		if c == ch {
+			last := len(s.channels) - 1
+			s.channels[i] = s.channels[last]
+			s.channels[last] = nil
+			s.channels = s.channels[:last]
+			return true
+		}
 	}
 	return false
 }

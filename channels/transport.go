@@ -45,7 +45,7 @@ type asyncTransport interface {
 // shared by all sockets (Frame.wsBytes); a batch of one such frame is
 // written from them without a copy, a larger batch is framed into one
 // pooled buffer. readDone is closed when the reading side
-// (Endpoint.readLoop) has stopped.
+// (sockReader) has stopped.
 type wsTransport struct {
 	conn     *websocket.Conn
 	w        *connWriter

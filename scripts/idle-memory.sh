@@ -26,7 +26,8 @@ TOKEN="$head.$body.$sig"
 
 GODEBUG=${PROFILE_RATE:+memprofilerate=$PROFILE_RATE} ADDR=127.0.0.1:$PORT LOG_LEVEL=warn bin/gateway >"$OUT/gateway.log" 2>&1 &
 gw=$!
-trap 'kill "$gw" 2>/dev/null; true' EXIT
+# Wait for the gateway to finish draining: until then it holds PORT.
+trap 'kill "$gw" 2>/dev/null; wait "$gw" 2>/dev/null; true' EXIT
 for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 snap() {
   local tag=$1 a="Authorization: Bearer $ADMIN_TOKEN" base=http://127.0.0.1:$PORT
