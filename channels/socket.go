@@ -3,6 +3,7 @@ package channels
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -143,14 +144,11 @@ func (s *Socket) onIdle() {
 // declaredDead ends the socket's channels (Terminate with
 // ReasonSocketClosed: presences leave) as soon as the socket is declared
 // dead, without waiting for the close handshake that a silent client never
-// answers; End later finds them ended. The map is left in place, so a join
-// that completes meanwhile is still ended by End.
+// answers; End later finds them ended. The channel list is left in place,
+// so a join that completes meanwhile is still ended by End.
 func (s *Socket) declaredDead() {
 	s.chMu.Lock()
-	chans := make([]*Channel, 0, len(s.channels))
-	for _, ch := range s.channels {
-		chans = append(chans, ch)
-	}
+	chans := slices.Clone(s.channels)
 	s.chMu.Unlock()
 	for _, ch := range chans {
 		ch.end(ReasonSocketClosed, "")
