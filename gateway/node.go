@@ -351,6 +351,11 @@ func (n *Node) Drain(ctx context.Context) error {
 	if !n.draining.CompareAndSwap(false, true) {
 		return nil
 	}
+	return n.drain(ctx)
+}
+
+// drain runs a drain that its caller started (set draining).
+func (n *Node) drain(ctx context.Context) error {
 	n.log.Info("draining")
 	defer n.drainEnded()
 	turns := ctx
