@@ -96,6 +96,12 @@ func (w *connWriter) closeIfRequestedLocked() {
 	}
 }
 
+// maxPendingControl bounds the bytes held in out behind a write in
+// progress when the library writes a control frame: pongs beyond it are
+// dropped (a close frame never is). 4 KiB holds 32 pongs of the largest
+// ping payload (125 bytes).
+const maxPendingControl = 4 << 10
+
 // batchBufs recycles batch buffers so an idle socket holds none.
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
@@ -130,6 +136,13 @@ func (w *connWriter) Write(p []byte) (int, error) {
 		w.mu.Unlock()
 		return len(p), nil
 	case w.busy:
+		if !isCloseFrame(p) && len(w.out)+len(p) > maxPendingControl {
+			// A client pinging while it does not read would otherwise grow
+			// out without bound until the stalled write times out. RFC 6455
+			// §5.5.3 lets an endpoint leave earlier pings unanswered.
+			w.mu.Unlock()
+			return len(p), nil
+		}
 		w.out = append(w.out, p...)
 		w.sealed = isCloseFrame(p)
 		w.mu.Unlock()
