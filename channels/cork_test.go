@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -148,5 +149,45 @@ func TestConnWriterBoundsPongsBehindStalledWrite(t *testing.T) {
 	want := append([]byte{0x88, byte(2 + len("slow consumer")), 0x03, 0xf5}, "slow consumer"...)
 	if pongs == 0 || !bytes.Equal(rest, want) {
 		t.Fatalf("after the data frame: %d whole pongs, then %q; want pongs then the close frame", pongs, rest)
+	}
+}
+
+// Data written while a control frame is blocked (the library's pong to a
+// client that stopped reading) is parked, not reported written: the
+// socket's writer keeps its frames in its bounded queue, and the sweep's
+// expiry fails the stalled write and the data behind it.
+func TestConnWriterParksDataBehindBlockedControlWrite(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	w := newConnWriter(server)
+	pong := []byte{0x8a, 0x00}
+	pongDone := make(chan error, 1)
+	go func() {
+		_, err := w.Write(pong) // blocks: nobody reads the pipe
+		pongDone <- err
+	}()
+	for {
+		w.mu.Lock()
+		busy := w.busy
+		w.mu.Unlock()
+		if busy {
+			break
+		}
+		runtime.Gosched()
+	}
+	done := make(chan error, 1)
+	parked, err := w.writeData(serverFrame(300, 'b'), nil, func(err error) { done <- err })
+	if err != nil || !parked {
+		t.Fatalf("data behind a blocked pong: parked %v, err %v; want parked", parked, err)
+	}
+	if !w.expireParked(monoNow() + 1) {
+		t.Fatal("the data behind the pong was not expired")
+	}
+	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("parked data ended with %v, want a deadline error", err)
+	}
+	if err := <-pongDone; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("pong ended with %v, want a deadline error", err)
 	}
 }
