@@ -92,7 +92,7 @@ func (n *Node) handleAdminDrain(w http.ResponseWriter, _ *http.Request) {
 // drain_running until the drain ends); the drain itself runs in the
 // background. A no-op while one runs or after it ended, until an undrain.
 func (n *Node) startDrain() {
-	if !n.draining.CompareAndSwap(false, true) {
+	if started, _ := n.beginDrain(); !started {
 		return
 	}
 	n.bg.Add(1)
@@ -132,6 +132,7 @@ var errDrainRunning = errors.New("gateway: the drain is still running")
 func (n *Node) drainEnded() {
 	n.drainMu.Lock()
 	n.drained = true
+	close(n.drainDone)
 	n.drainMu.Unlock()
 	n.tracer.Emit("gateway.drained", "node", n.name)
 }
