@@ -42,14 +42,15 @@ type connWriter struct {
 	raw  syscall.RawConn // for non-blocking attempts; nil: every data write is parked
 
 	mu          sync.Mutex
-	busy        bool   // a goroutine is writing to conn; guarded by mu
-	data        bool   // the write in progress is a data write; guarded by mu
-	out         []byte // bytes to write after the write in progress, or the rest of a failed write; guarded by mu
-	failed      bool   // a write failed: out starts with its unwritten rest; guarded by mu
-	sealed      bool   // a close frame was written or queued: later bytes are dropped; guarded by mu
-	closeReq    bool   // the library closed the connection during a data write; guarded by mu
-	parkedSince int64  // monoNow when a data write parked (0: none); guarded by mu
-	expired     bool   // expireParked set a past deadline; guarded by mu
+	busy        bool        // a goroutine is writing to conn; guarded by mu
+	data        bool        // the write in progress is a data write; guarded by mu
+	out         []byte      // bytes to write after the write in progress, or the rest of a failed write; guarded by mu
+	failed      bool        // a write failed: out starts with its unwritten rest; guarded by mu
+	sealed      bool        // a close frame was written or queued: later bytes are dropped; guarded by mu
+	closeReq    bool        // the library closed the connection during a data write; guarded by mu
+	parkedSince int64       // monoNow when a data write parked (0: none); guarded by mu
+	pending     func(error) // finish of data queued behind a control write, called when out is written or fails; guarded by mu
+	expired     bool        // expireParked set a past deadline; guarded by mu
 }
 
 // newConnWriter returns the writer of c; a c that exposes its descriptor
@@ -96,6 +97,12 @@ func (w *connWriter) closeIfRequestedLocked() {
 	}
 }
 
+// maxPendingControl bounds the bytes held in out behind a write in
+// progress when the library writes a control frame: pongs beyond it are
+// dropped (a close frame never is). 4 KiB holds 32 pongs of the largest
+// ping payload (125 bytes).
+const maxPendingControl = 4 << 10
+
 // batchBufs recycles batch buffers so an idle socket holds none.
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
@@ -130,6 +137,13 @@ func (w *connWriter) Write(p []byte) (int, error) {
 		w.mu.Unlock()
 		return len(p), nil
 	case w.busy:
+		if !isCloseFrame(p) && len(w.out)+len(p) > maxPendingControl {
+			// A client pinging while it does not read would otherwise grow
+			// out without bound until the stalled write times out. RFC 6455
+			// §5.5.3 lets an endpoint leave earlier pings unanswered.
+			w.mu.Unlock()
+			return len(p), nil
+		}
 		w.out = append(w.out, p...)
 		w.sealed = isCloseFrame(p)
 		w.mu.Unlock()
@@ -149,11 +163,12 @@ func (w *connWriter) Write(p []byte) (int, error) {
 // to the pool once p is no longer needed. p is not modified.
 //
 // It returns parked=false when the write is over: written, dropped (after a
-// close frame; or queued behind a control frame being written, whose
-// writer writes it) or failed (err). It returns parked=true when the
-// kernel took only part of p: the rest, then anything queued behind it, is
-// written by a goroutine of its own, which calls finish with the outcome
-// once; the connWriter stays busy until then.
+// close frame) or failed (err). It returns parked=true when the kernel took
+// only part of p: the rest, then anything queued behind it, is written by a
+// goroutine of its own, which calls finish with the outcome once; the
+// connWriter stays busy until then. p queued behind a control frame being
+// written is parked too: the control frame's writer writes it and calls
+// finish; expireParked bounds both.
 func (w *connWriter) writeData(p []byte, buf *[]byte, finish func(error)) (parked bool, err error) {
 	w.mu.Lock()
 	switch {
@@ -165,11 +180,17 @@ func (w *connWriter) writeData(p []byte, buf *[]byte, finish func(error)) (parke
 		w.mu.Unlock()
 		putBatchBuf(buf)
 		return false, errEarlierWriteFailed
-	case w.busy: // a control frame is being written: p follows it
+	case w.busy: // a control frame is being written: p follows it, parked
+		// Parked rather than reported written: the control write may block
+		// (a client that stopped reading), and a writer told its frames went
+		// out would move its whole queue here, past the queue's limits and
+		// the write timeout.
 		w.out = append(w.out, p...)
+		w.pending = finish
+		w.parkedSince = max(monoNow(), 1)
 		w.mu.Unlock()
 		putBatchBuf(buf)
-		return false, nil
+		return true, nil
 	}
 	w.busy, w.data = true, true
 	w.mu.Unlock()
@@ -263,18 +284,43 @@ func (w *connWriter) writeOut(p []byte, timeout time.Duration) error {
 		w.mu.Lock()
 		if err != nil {
 			w.keepRestLocked(p, n)
+			finish := w.takePendingLocked()
 			w.mu.Unlock()
+			if finish != nil {
+				finish(err)
+			}
 			return err
 		}
 		if len(w.out) == 0 {
 			w.busy, w.data = false, false
 			w.closeIfRequestedLocked()
+			finish := w.takePendingLocked()
 			w.mu.Unlock()
+			if finish != nil {
+				finish(nil)
+			}
 			return nil
 		}
 		p, w.out = w.out, nil
 		w.mu.Unlock()
 	}
+}
+
+// takePendingLocked returns the finish of data parked behind a control write
+// (nil: none) and ends its parking, clearing an expired deadline. Callers
+// hold mu.
+func (w *connWriter) takePendingLocked() func(error) {
+	finish := w.pending
+	if finish == nil {
+		return nil
+	}
+	w.pending = nil
+	w.parkedSince = 0
+	if w.expired {
+		w.expired = false
+		_ = w.conn.SetWriteDeadline(time.Time{})
+	}
+	return finish
 }
 
 // closeFrame writes a close frame with code and reason (at most 123 bytes),

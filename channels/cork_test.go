@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -94,4 +95,99 @@ func TestConnWriterWritesNoCloseFrameAfterUnfinishedRest(t *testing.T) {
 		t.Fatal("close frame reported written behind an unfinished frame")
 	}
 	server.Close()
+}
+
+// A client that stops reading while it floods pings does not grow the
+// bytes held behind a stalled data write past a few KiB: pongs
+// beyond it are dropped, a close frame still follows, and the reader sees
+// the data frame, whole pongs and then the close frame.
+func TestConnWriterBoundsPongsBehindStalledWrite(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	w := newConnWriter(server) // a pipe: every data write parks
+	data := serverFrame(70000, 'a')
+	done := make(chan error, 1)
+	parked, err := w.writeData(data, nil, func(err error) { done <- err })
+	if !parked || err != nil {
+		t.Fatalf("writeData: parked %v, err %v", parked, err)
+	}
+	pong := append([]byte{0x8a, 125}, bytes.Repeat([]byte{'p'}, 125)...)
+	for i := 0; i < 10000; i++ { // 1.27 MB of pongs
+		if n, err := w.Write(pong); n != len(pong) || err != nil {
+			t.Fatalf("pong %d: %d %v", i, n, err)
+		}
+	}
+	w.mu.Lock()
+	held := len(w.out)
+	w.mu.Unlock()
+	if held > 64<<10 {
+		t.Fatalf("%d bytes held behind the stalled write, want at most 64 KiB", held)
+	}
+	all := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(client)
+		all <- b
+	}()
+	if err := <-done; err != nil {
+		t.Fatalf("parked write: %v", err)
+	}
+	if !w.closeFrame(CloseSlowConsumer, "slow consumer", time.Minute) {
+		t.Fatal("close frame not written")
+	}
+	server.Close()
+	stream := <-all
+	if !bytes.HasPrefix(stream, data) {
+		t.Fatal("the stream does not start with the data frame")
+	}
+	rest := stream[len(data):]
+	pongs := 0
+	for bytes.HasPrefix(rest, pong) {
+		rest = rest[len(pong):]
+		pongs++
+	}
+	want := append([]byte{0x88, byte(2 + len("slow consumer")), 0x03, 0xf5}, "slow consumer"...)
+	if pongs == 0 || !bytes.Equal(rest, want) {
+		t.Fatalf("after the data frame: %d whole pongs, then %q; want pongs then the close frame", pongs, rest)
+	}
+}
+
+// Data written while a control frame is blocked (the library's pong to a
+// client that stopped reading) is parked, not reported written: the
+// socket's writer keeps its frames in its bounded queue, and the sweep's
+// expiry fails the stalled write and the data behind it.
+func TestConnWriterParksDataBehindBlockedControlWrite(t *testing.T) {
+	server, client := net.Pipe()
+	defer server.Close()
+	defer client.Close()
+	w := newConnWriter(server)
+	pong := []byte{0x8a, 0x00}
+	pongDone := make(chan error, 1)
+	go func() {
+		_, err := w.Write(pong) // blocks: nobody reads the pipe
+		pongDone <- err
+	}()
+	for {
+		w.mu.Lock()
+		busy := w.busy
+		w.mu.Unlock()
+		if busy {
+			break
+		}
+		runtime.Gosched()
+	}
+	done := make(chan error, 1)
+	parked, err := w.writeData(serverFrame(300, 'b'), nil, func(err error) { done <- err })
+	if err != nil || !parked {
+		t.Fatalf("data behind a blocked pong: parked %v, err %v; want parked", parked, err)
+	}
+	if !w.expireParked(monoNow() + 1) {
+		t.Fatal("the data behind the pong was not expired")
+	}
+	if err := <-done; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("parked data ended with %v, want a deadline error", err)
+	}
+	if err := <-pongDone; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("pong ended with %v, want a deadline error", err)
+	}
 }

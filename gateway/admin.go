@@ -87,15 +87,20 @@ func (n *Node) handleAdminDrain(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusAccepted, map[string]any{"node": n.name, "draining": true})
 }
 
-// startDrain runs Drain within DRAIN_WINDOW in the background (a no-op
-// while one runs or after it ended, until an undrain).
+// startDrain starts a drain within DRAIN_WINDOW and returns once the node is
+// draining (its Status says so; an undrain from then on is refused with
+// drain_running until the drain ends); the drain itself runs in the
+// background. A no-op while one runs or after it ended, until an undrain.
 func (n *Node) startDrain() {
+	if started, _ := n.beginDrain(); !started {
+		return
+	}
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.DrainWindow)
 		defer cancel()
-		_ = n.Drain(ctx)
+		_ = n.drain(ctx)
 	}()
 }
 
@@ -127,6 +132,7 @@ var errDrainRunning = errors.New("gateway: the drain is still running")
 func (n *Node) drainEnded() {
 	n.drainMu.Lock()
 	n.drained = true
+	close(n.drainDone)
 	n.drainMu.Unlock()
 	n.tracer.Emit("gateway.drained", "node", n.name)
 }

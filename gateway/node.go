@@ -69,6 +69,7 @@ type Node struct {
 	draining  atomic.Bool
 	drainMu   sync.Mutex     // orders a drain's end and an undrain
 	drained   bool           // guarded by drainMu: the drain that draining marks has returned
+	drainDone chan struct{}  // guarded by drainMu: closed when the drain that draining marks returns
 	ops       *opsStatus     // the cluster's node statuses (ops page)
 	bg        sync.WaitGroup // admin-started drains
 	closeOnce sync.Once
@@ -347,10 +348,39 @@ func (n *Node) recoverLoop(ctx context.Context, every time.Duration) {
 // then is handed over (its input stays in the inbox, the next owner resumes
 // it), so the rest of the window is left for the lease hand-back, the
 // sockets' close and Muster's settle (a fifth of DRAIN_WINDOW).
+//
+// When a drain already runs (POST /admin/drain), Drain waits for it to end
+// (traced "gateway.drain_wait") or for ctx; after an ended drain it returns
+// nil at once.
 func (n *Node) Drain(ctx context.Context) error {
-	if !n.draining.CompareAndSwap(false, true) {
-		return nil
+	started, done := n.beginDrain()
+	if started {
+		return n.drain(ctx)
 	}
+	n.tracer.Emit("gateway.drain_wait", "node", n.name)
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("gateway: waiting for the running drain: %w", ctx.Err())
+	}
+}
+
+// beginDrain marks the node draining and reports true, or, when a drain had
+// begun already, reports false with the channel its end closes.
+func (n *Node) beginDrain() (bool, <-chan struct{}) {
+	n.drainMu.Lock()
+	defer n.drainMu.Unlock()
+	if n.draining.Load() {
+		return false, n.drainDone
+	}
+	n.draining.Store(true)
+	n.drainDone = make(chan struct{})
+	return true, nil
+}
+
+// drain runs a drain that its caller started (set draining).
+func (n *Node) drain(ctx context.Context) error {
 	n.log.Info("draining")
 	defer n.drainEnded()
 	turns := ctx
