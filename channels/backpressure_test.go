@@ -481,3 +481,34 @@ func TestShutdownClosesInBatches(t *testing.T) {
 		t.Fatalf("%d batches, %d closes (last batch %d), want 10 batches of 100", batches, closes, inBatch)
 	}
 }
+
+// A reader that stops reading altogether is cut by SOCKET_MAX_LAG when that
+// is shorter than the write timeout: the frames of its parked write have
+// waited at least as long as the write has, so the sweep expires the write
+// after QueueMaxLag (here 300 ms; the write timeout is an hour) and the
+// socket is cut with 1013. No broadcast follows the park, so no queue limit
+// and no pre-write lag check can be what cuts it.
+func TestStalledWriteCutAfterMaxLag(t *testing.T) {
+	tr := trace.New()
+	ts := newTestServer(t, EndpointConfig{Tracer: tr, WriteTimeout: time.Hour, QueueMaxLag: 300 * time.Millisecond},
+		map[string]Handler{"room:*": newFuncHandler()})
+	c := dialRaw(t, ts, 16<<10)
+	if err := c.sendText(`["3","3","room:lobby","phx_join",{}]`); err != nil {
+		t.Fatal(err)
+	}
+	waitTrace(t, tr, trace.Kind("join.done"))
+	payload := json.RawMessage(`{"pad":"` + strings.Repeat("x", 3000) + `"}`)
+	parked := func() bool {
+		ts.ep.sched.mu.Lock()
+		defer ts.ep.sched.mu.Unlock()
+		return len(ts.ep.sched.parked) > 0
+	}
+	for !parked() {
+		ts.ep.Hub().Broadcast("room:lobby", "ev", payload, nil)
+		time.Sleep(time.Millisecond) // pacing only; nothing is asserted on time
+	}
+	waitTrace(t, tr, trace.Kind("socket.write_expired"))
+	e := waitTrace(t, tr, trace.Kind("socket.slow"))
+	t.Logf("cut: %v", e)
+	c.expectClose(t, CloseSlowConsumer)
+}

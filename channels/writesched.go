@@ -24,7 +24,8 @@ import (
 // handshake in one place.
 //
 // No write carries a deadline: while writes are parked, a sweep every
-// sweepEvery fails those parked for longer than WriteTimeout
+// sweepEvery fails those parked for longer than WriteTimeout (or
+// QueueMaxLag, when shorter)
 // (connWriter.expireParked), which cuts the socket as a slow consumer.
 //
 // Adaptive coalescing: a socket that gets a frame while idle is written at
@@ -42,14 +43,17 @@ type writeSched struct {
 	maxWorkers int
 	sweepEvery time.Duration
 
-	mu         sync.Mutex
-	ready      []*Socket // FIFO from head; guarded by mu
-	head       int
-	workers    int                  // running workers; guarded by mu
-	delayed    []*Socket            // waiting for the flush tick; guarded by mu
-	tick       *time.Timer          // armed while delayed is not empty
-	parked     map[*Socket]struct{} // sockets with a parked write; guarded by mu
-	sweepTimer *time.Timer          // armed while parked is not empty
+	mu      sync.Mutex
+	ready   []*Socket // FIFO from head; guarded by mu
+	head    int
+	workers int                  // running workers; guarded by mu
+	delayed []*Socket            // waiting for the flush tick; guarded by mu
+	tick    *time.Timer          // armed while delayed is not empty
+	parked  map[*Socket]struct{} // sockets with a parked write; guarded by mu
+	// expireAfter is how long a write may stay parked: WriteTimeout, or
+	// QueueMaxLag when that is shorter.
+	expireAfter time.Duration
+	sweepTimer  *time.Timer // armed while parked is not empty
 }
 
 func (q *writeSched) init(ep *Endpoint) {
@@ -59,7 +63,13 @@ func (q *writeSched) init(ep *Endpoint) {
 		q.interval, q.always = ep.cfg.WriteDelay, true
 	}
 	q.maxWorkers = max(runtime.GOMAXPROCS(0), 1)
-	q.sweepEvery = min(max(ep.cfg.WriteTimeout/8, 5*time.Millisecond), time.Second)
+	q.expireAfter = ep.cfg.WriteTimeout
+	if lag := ep.cfg.QueueMaxLag; lag > 0 && lag < q.expireAfter {
+		// The frames of a parked write have waited at least as long as
+		// it has: SOCKET_MAX_LAG bounds them as it bounds queued ones.
+		q.expireAfter = lag
+	}
+	q.sweepEvery = min(max(q.expireAfter/8, 5*time.Millisecond), time.Second)
 	q.parked = make(map[*Socket]struct{})
 }
 
@@ -170,10 +180,10 @@ func (q *writeSched) unpark(s *Socket) {
 	q.mu.Unlock()
 }
 
-// sweep fails the writes parked for longer than WriteTimeout and re-arms
-// itself while writes are parked.
+// sweep fails the writes parked for longer than expireAfter (WriteTimeout,
+// or QueueMaxLag when shorter) and re-arms itself while writes are parked.
 func (q *writeSched) sweep() {
-	before := monoNow() - int64(q.ep.cfg.WriteTimeout)
+	before := monoNow() - int64(q.expireAfter)
 	q.mu.Lock()
 	socks := make([]*Socket, 0, len(q.parked))
 	for s := range q.parked {
