@@ -41,7 +41,9 @@ func isDelta(text string) func(session.Event) bool {
 
 // TestKillOwnerMidTurn: the owner dies by SIGKILL in the middle of a turn.
 // Events posted to the other nodes inside the takeover window each get a
-// retry directive; following it, each is accepted exactly once at epoch+1
+// retry directive (or, when forwarded to the dead owner before NATS noticed
+// its end, 504 forward_timeout, re-sent with the same key); following it,
+// each is accepted exactly once at epoch+1
 // (one lapse: a second would show as epoch+2); the new owner thawed the
 // inbox (the killed turn's input was durable before its 202) and resumed
 // the killed turn from its journal in the replay log: the observer saw
@@ -94,8 +96,14 @@ func TestKillOwnerMidTurn(t *testing.T) {
 		if o.Accepted.Epoch != first.Epoch+1 || o.Accepted.Duplicate {
 			t.Errorf("window event %d accepted as %+v, want a new event at epoch %d", i, *o.Accepted, first.Epoch+1)
 		}
+		// A POST forwarded to the killed owner before the NATS server
+		// noticed its connection was gone waits out the forward timeout:
+		// 504 forward_timeout, re-sent with the same key (README). Any other
+		// first answer is the takeover's retry directive.
 		r := o.Attempts[0].Reply
-		if r.Status != http.StatusServiceUnavailable || r.Code != "session_moving" || r.Retry == nil || r.RetryAfter == "" {
+		if o.Unknowns > 0 && r.Status == http.StatusGatewayTimeout && r.Code == "forward_timeout" {
+			t.Logf("window event %d: first answer %v (the request reached the dead owner's subscription), re-sent", i, r)
+		} else if r.Status != http.StatusServiceUnavailable || r.Code != "session_moving" || r.Retry == nil || r.RetryAfter == "" {
 			t.Errorf("window event %d: first answer %v, want 503 session_moving with a retry directive", i, r)
 		}
 		servedAfter = min(servedAfter, began[i]+o.Attempts[len(o.Attempts)-1].At)

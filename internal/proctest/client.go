@@ -275,8 +275,11 @@ type Attempt struct {
 type Outcome struct {
 	Accepted   *Accepted // set when an attempt was accepted
 	Attempts   []Attempt
-	Directives int           // retry directives followed
-	Elapsed    time.Duration // first send to final answer
+	Directives int // retry directives followed
+	// Unknowns counts 504 answers whose outcome is unknown
+	// (outcome_unknown, forward_timeout), each re-sent with the same key.
+	Unknowns int
+	Elapsed  time.Duration // first send to final answer
 	// Err is set when delivery failed: an error answer without a retry
 	// directive (Reply holds it), a directive's budget spent, or ctx ended.
 	Err error
@@ -321,6 +324,12 @@ func (c *Client) Deliver(ctx context.Context, pick func(i int) string, id string
 			wait = 20 * time.Millisecond
 		case r.Accepted != nil:
 			out.Accepted = r.Accepted
+		case r.Status == http.StatusGatewayTimeout && (r.Code == "outcome_unknown" || r.Code == "forward_timeout"):
+			out.Unknowns++
+			if out.Unknowns > noAnswerLimit {
+				out.Err = fmt.Errorf("proctest: outcome unknown %d times: %v", out.Unknowns, r)
+			}
+			wait = 20 * time.Millisecond
 		case r.Status == http.StatusServiceUnavailable && r.Retry != nil:
 			noAnswer = 0
 			out.Directives++
