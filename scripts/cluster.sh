@@ -16,8 +16,12 @@
 #   NATS_URL      [nats://127.0.0.1:4222]
 #   CLUSTER       [relay-demo]  prefixes NATS subjects and Redis keys
 #   JWT_SECRET, API_KEYS, ADMIN_TOKEN  [random per run]
-#   BASE_PORT     [4001]
+#   MUSTER_HEARTBEAT [2s], MUSTER_PEER_DOWN [3s]
+#   BASE_PORT     [4001]  node N listens on 127.0.0.1:BASE_PORT+N-1
 #   LOG_DIR       [a temporary directory; one <node>.log per node]
+# Every other gateway setting in the environment (LEASE_TTL, LEASE_RENEW,
+# DRAIN_WINDOW, ...) reaches all three nodes; e2e/cluster-script.test.mjs runs
+# this script with its own ports, schema, CLUSTER and short lease timings.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."

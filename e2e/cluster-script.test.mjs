@@ -1,0 +1,264 @@
+// The README's failover demo for `make cluster`, run as written against scripts/cluster.sh:
+// the script starts three nodes and prints their pids, the token, the API key and the admin
+// token; an event posted through node 1 is claimed by some node; kill -9 of that node's pid
+// is reported by the script, which keeps the other two running; an event posted on a
+// survivor is refused with the retry directive until the dead node's lease lapses, then
+// accepted on a survivor at a higher epoch (and the new owner logs `session taken over`);
+// typing the dead node's number and Enter on the script's stdin starts it again; SIGINT
+// stops the script and all three nodes.
+//
+// Isolation: the script runs on three free consecutive ports (BASE_PORT), a fresh Postgres
+// schema and a unique CLUSTER name (storeEnv), its own LOG_DIR, with the fast lease and
+// Muster timings of the other cluster tests passed through its environment. It runs in its
+// own process group, which is killed with SIGKILL if the test fails midway.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { after, test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { FAST_CLUSTER } from "./cluster.mjs";
+import { GATEWAY_BIN, uniqueId } from "./gateway.mjs";
+import { dropSchemas, storeEnv } from "./stores.mjs";
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const SCRIPT = join(ROOT, "scripts/cluster.sh");
+
+// Failure bounds for waits on other processes (no signal crosses the process boundary, so
+// these poll). They bound a failing run; the test asserts no elapsed time.
+const WAIT_MS = 45_000;
+const POLL_MS = 100;
+
+after(() => dropSchemas());
+
+/** Listens on 127.0.0.1:port; resolves to the server, or null when the port is taken. */
+async function tryListen(port) {
+  const srv = createServer();
+  srv.on("error", () => {});
+  srv.listen(port, "127.0.0.1");
+  const [ok] = await Promise.race([once(srv, "listening").then(() => [true]), once(srv, "error").then(() => [false])]);
+  return ok ? srv : null;
+}
+
+/** A port P such that P, P+1 and P+2 on 127.0.0.1 were free a moment ago. */
+async function freePortRange(n = 3) {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const first = await tryListen(0);
+    const base = first.address().port;
+    const held = [first];
+    for (let i = 1; i < n && base + i <= 65535; i++) {
+      const s = await tryListen(base + i);
+      if (!s) break;
+      held.push(s);
+    }
+    await Promise.all(held.map((s) => new Promise((r) => s.close(r))));
+    if (held.length === n) return base;
+  }
+  throw new Error(`no ${n} consecutive free ports found`);
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Polls fn until it returns a truthy value; fails after ms with what(). */
+async function until(fn, what, ms = WAIT_MS) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`not within ${ms} ms: ${typeof what === "function" ? what() : what}`);
+    await sleep(POLL_MS);
+  }
+}
+
+/** GET url; resolves to its status, or 0 when nothing answers. */
+async function statusOf(url) {
+  try {
+    const res = await fetch(url);
+    await res.arrayBuffer();
+    return res.status;
+  } catch {
+    return 0;
+  }
+}
+
+async function request(url, init = {}) {
+  const res = await fetch(url, init);
+  const text = await res.text();
+  let body = text;
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    // keep text
+  }
+  return { status: res.status, headers: res.headers, body };
+}
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+test("make cluster failover demo: kill -9 the owner, a survivor takes over at a higher epoch, restart by number, Ctrl-C stops all", { timeout: 180_000 }, async (t) => {
+  const basePort = await freePortRange(3);
+  const logDir = mkdtempSync(join(tmpdir(), "relay-cluster-e2e-"));
+  const env = {
+    ...process.env,
+    ...storeEnv({ nats: true }),
+    ...FAST_CLUSTER,
+    GATEWAY_BIN,
+    BASE_PORT: String(basePort),
+    LOG_DIR: logDir,
+    DRAIN_WINDOW: "2s",
+    ECHO_DELAY: "10ms",
+    LOG_LEVEL: "info",
+  };
+  for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN"]) delete env[k];
+
+  // detached: the script leads its own process group, which holds the nodes it starts.
+  const script = spawn("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  let exited = null;
+  const exitP = once(script, "exit").then(([code, signal]) => (exited = { code, signal }));
+  const out = [];
+  const errLines = [];
+  createInterface({ input: script.stdout }).on("line", (l) => out.push(l));
+  createInterface({ input: script.stderr }).on("line", (l) => errLines.push(l));
+  const transcript = () => [...out, "--- stderr", ...errLines].join("\n");
+  const nodeLog = (name) => {
+    try {
+      return readFileSync(join(logDir, `${name}.log`), "utf8");
+    } catch {
+      return "";
+    }
+  };
+  const urlOf = (n) => `http://127.0.0.1:${basePort + n - 1}`; // node n in 1..3
+  let ok = false;
+
+  try {
+    // The banner: pids, token, API key, admin token (the last line before the watch loop).
+    const text = await until(() => {
+      if (exited) throw new Error(`cluster.sh exited early ${JSON.stringify(exited)}:\n${transcript()}`);
+      const t = out.join("\n");
+      return t.includes("Ctrl-C stops all three.") && t;
+    }, () => `cluster.sh banner:\n${transcript()}`);
+    const pids = {};
+    for (const m of text.matchAll(/node([123])=(\d+)/g)) pids[m[1]] = Number(m[2]);
+    assert.deepEqual(Object.keys(pids).sort(), ["1", "2", "3"], `three pids in the banner:\n${text}`);
+    const token = text.match(/socket\/API token \(JWT, all sessions\): (\S+)/)?.[1];
+    const apiKey = text.match(/API key:\s+(\S+)/)?.[1];
+    const adminToken = text.match(/admin token:\s+(\S+)/)?.[1];
+    assert.ok(token && apiKey && adminToken, `token, API key and admin token in the banner:\n${text}`);
+    for (let n = 1; n <= 3; n++) {
+      assert.ok(text.includes(`${urlOf(n)}/#token=${token}&session=`), `demo link of node${n} on port ${basePort + n - 1}`);
+    }
+
+    // All three ready (Muster view of all three, stores reachable).
+    await until(async () => (await Promise.all([1, 2, 3].map((n) => statusOf(`${urlOf(n)}/readyz`)))).every((s) => s === 200), "all three /readyz 200");
+    for (let n = 1; n <= 3; n++) {
+      const info = await request(`${urlOf(n)}/admin/node`, { headers: { Authorization: `Bearer ${adminToken}` } });
+      assert.equal(info.status, 200, `node${n} /admin/node with the printed admin token`);
+      assert.equal(info.body.name, `node${n}`);
+    }
+
+    // "open a node's demo link and send a message": post with the link's token through node 1.
+    const session = uniqueId("demo-");
+    const post = (n, text) =>
+      request(`${urlOf(n)}/api/sessions/${session}/events`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+        body: JSON.stringify({ type: "message", data: { text }, idempotency_key: `k-${text}` }),
+      });
+    const getSession = (n) => request(`${urlOf(n)}/api/sessions/${session}`, { headers: { Authorization: `Bearer ${apiKey}` } });
+    const first = await post(1, "before the kill");
+    assert.equal(first.status, 202, `first post: ${JSON.stringify(first.body)}`);
+    const before = await getSession(1);
+    assert.equal(before.status, 200);
+    const ownerName = String(before.body.owner).split("/")[0];
+    assert.match(ownerName, /^node[123]$/, `owner ${before.body.owner}`);
+    const dead = Number(ownerName.slice(4));
+    const survivors = [1, 2, 3].filter((n) => n !== dead);
+
+    // kill -9 the owner's pid.
+    process.kill(pids[dead], "SIGKILL");
+    await until(() => errLines.some((l) => l.includes(`cluster: node${dead} (pid ${pids[dead]}) exited`)), () => `script reports node${dead}'s death:\n${transcript()}`);
+    assert.equal(exited, null, "the script keeps running");
+    for (const n of survivors) {
+      assert.ok(alive(pids[n]), `node${n} (pid ${pids[n]}) still running`);
+      assert.equal(await statusOf(`${urlOf(n)}/healthz`), 200, `node${n} answers /healthz`);
+    }
+
+    // The next event on a survivor: refused with the retry directive while the dead node's
+    // lease is live, then accepted by a survivor at epoch + 1 or later.
+    let refused = 0;
+    const taken = await until(async () => {
+      const r = await post(survivors[0], "after the kill");
+      if (r.status === 202) return r;
+      assert.equal(r.status, 503, `post on node${survivors[0]}: ${r.status} ${JSON.stringify(r.body)}`);
+      assert.ok(r.body && r.body.retry && r.body.retry.after_ms >= 0, `503 carries a retry directive: ${JSON.stringify(r.body)}`);
+      assert.ok(r.headers.get("retry-after"), "503 carries Retry-After");
+      refused++;
+      await sleep(Math.min(r.body.retry.after_ms, 2_000));
+      return null;
+    }, () => `post on node${survivors[0]} accepted (refused ${refused} times)`);
+    assert.equal(taken.body.duplicate, false);
+    assert.ok(taken.body.epoch > first.body.epoch, `epoch ${taken.body.epoch} after the takeover > ${first.body.epoch}`);
+    const afterKill = await getSession(survivors[0]);
+    const newOwner = String(afterKill.body.owner).split("/")[0];
+    assert.ok(survivors.map((n) => `node${n}`).includes(newOwner), `new owner ${afterKill.body.owner} is a survivor (dead: node${dead})`);
+    assert.ok(afterKill.body.epoch >= taken.body.epoch, `session epoch ${afterKill.body.epoch}`);
+    // "that node logs `session taken over` with the old and new owner"
+    const takeoverLine = () =>
+      nodeLog(newOwner)
+        .split("\n")
+        .filter((l) => l.startsWith("{"))
+        .map((l) => JSON.parse(l))
+        .find((e) => e.msg === "session taken over" && e.session === session);
+    const line = await until(takeoverLine, () => `${newOwner} logs "session taken over" for ${session}`);
+    assert.ok(String(line.old_owner).startsWith(`node${dead}/`), `old_owner ${line.old_owner}`);
+    assert.ok(String(line.new_owner).startsWith(`${newOwner}/`), `new_owner ${line.new_owner}`);
+
+    // Type the dead node's number and Enter: the script starts it again.
+    script.stdin.write(`${dead}\n`);
+    const restarted = await until(() => {
+      for (const l of errLines) {
+        const m = l.match(new RegExp(`^cluster: node${dead} restarted \\(pid (\\d+)\\)`));
+        if (m) return Number(m[1]);
+      }
+      return null;
+    }, () => `script restarts node${dead}:\n${transcript()}`);
+    assert.notEqual(restarted, pids[dead]);
+    await until(async () => (await statusOf(`${urlOf(dead)}/healthz`)) === 200, `node${dead} answers /healthz after the restart`);
+    pids[dead] = restarted;
+
+    // Ctrl-C: the script stops (drains) all three and exits.
+    process.kill(script.pid, "SIGINT");
+    await until(() => exited, () => `cluster.sh exits after SIGINT:\n${transcript()}`, 60_000);
+    assert.equal(exited.code, 0, `script exit ${JSON.stringify(exited)}`);
+    assert.ok(out.some((l) => l.startsWith("stopping 3 nodes")), transcript());
+    for (const n of [1, 2, 3]) assert.ok(!alive(pids[n]), `node${n} (pid ${pids[n]}) stopped`);
+    t.diagnostic(`dead node${dead}, refused ${refused}, epoch ${first.body.epoch} -> ${taken.body.epoch}, new owner ${newOwner}, restarted pid ${restarted}`);
+    ok = true;
+  } catch (err) {
+    for (const n of ["node1", "node2", "node3"]) console.error(`--- ${n}.log (tail)\n${nodeLog(n).split("\n").slice(-40).join("\n")}`);
+    console.error(`--- cluster.sh\n${transcript()}`);
+    throw err;
+  } finally {
+    if (!exited) {
+      try {
+        process.kill(-script.pid, "SIGKILL");
+      } catch {
+        // group already gone
+      }
+      await exitP;
+    }
+    script.stdin.destroy();
+    if (ok) rmSync(logDir, { recursive: true, force: true });
+  }
+});
