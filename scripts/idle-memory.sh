@@ -18,11 +18,7 @@ go build -o bin/gateway ./cmd/gateway
 go build -o bin/relay-load ./cmd/relay-load
 ulimit -n 20000
 export JWT_SECRET=$(openssl rand -hex 32) ADMIN_TOKEN=admin-$(openssl rand -hex 12)
-b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
-head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-body=$(printf '{"sub":"load","sessions":["*"],"exp":%d}' "$(($(date +%s) + 7200))" | b64url)
-sig=$(printf '%s.%s' "$head" "$body" | openssl dgst -sha256 -mac HMAC -macopt "key:$JWT_SECRET" -binary | b64url)
-TOKEN="$head.$body.$sig"
+TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
 
 GODEBUG=${PROFILE_RATE:+memprofilerate=$PROFILE_RATE} ADDR=127.0.0.1:$PORT LOG_LEVEL=warn bin/gateway >"$OUT/gateway.log" 2>&1 &
 gw=$!

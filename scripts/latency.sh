@@ -27,11 +27,7 @@ go build -o bin/relay-load ./cmd/relay-load
 ulimit -n 20000
 
 export JWT_SECRET=$(openssl rand -hex 32)
-b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
-head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-body=$(printf '{"sub":"load","sessions":["*"],"exp":%d}' "$(($(date +%s) + 7200))" | b64url)
-sig=$(printf '%s.%s' "$head" "$body" | openssl dgst -sha256 -mac HMAC -macopt "key:$JWT_SECRET" -binary | b64url)
-TOKEN="$head.$body.$sig"
+TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
 
 out=$(mktemp)
 gw=

@@ -39,14 +39,6 @@ export ADMIN_TOKEN=admin-$(openssl rand -hex 12)
 export LOG_LEVEL=warn ECHO_DELAY=${ECHO_DELAY:-20ms} MUSTER_HEARTBEAT=1s MUSTER_PEER_DOWN=5s
 LOG_DIR=$(mktemp -d -t relay-load.XXXXXX)
 
-b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
-mint() {
-  local head body sig
-  head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-  body=$(printf '{"sub":"load","sessions":["*"],"exp":%d}' "$(($(date +%s) + 3600))" | b64url)
-  sig=$(printf '%s.%s' "$head" "$body" | openssl dgst -sha256 -mac HMAC -macopt "key:$JWT_SECRET" -binary | b64url)
-  printf '%s.%s.%s' "$head" "$body" "$sig"
-}
 
 pids=()
 cleanup() {
@@ -81,7 +73,7 @@ for _ in $(seq 1 100); do
   sleep 0.2
 done
 
-TOKEN=$(mint)
+TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
 WS=$(IFS=,; echo "${ws[*]}")
 POST=$(IFS=,; echo "${post[*]}")
 prefix=load-$run

@@ -60,14 +60,6 @@ export ADMIN_TOKEN=admin-$(openssl rand -hex 12)
 export LOG_LEVEL=warn ECHO_DELAY=${ECHO_DELAY:-20ms} MUSTER_HEARTBEAT=1s MUSTER_PEER_DOWN=5s
 LOG_DIR=$(mktemp -d -t relay-route.XXXXXX)
 
-b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
-mint() {
-  local head body sig
-  head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-  body=$(printf '{"sub":"load","sessions":["*"],"exp":%d}' "$(($(date +%s) + 3600))" | b64url)
-  sig=$(printf '%s.%s' "$head" "$body" | openssl dgst -sha256 -mac HMAC -macopt "key:$JWT_SECRET" -binary | b64url)
-  printf '%s.%s.%s' "$head" "$body" "$sig"
-}
 
 pids=()
 cleanup() {
@@ -114,7 +106,7 @@ cpu_ticks() { for p in "${gw[@]}"; do awk '{ print $14 + $15 }' "/proc/$p/stat";
 # Idle baseline: Muster, Census and readiness traffic with no sockets.
 v0=$(varz); sleep "$IDLE"; v1=$(varz)
 
-TOKEN=$(mint)
+TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
 POST=http://127.0.0.1:$BASE_PORT
 prefix=route-$run
 case $SPREAD in 1) nodes=(1) ;; 2) nodes=(1 2) ;; 3) nodes=(0 1 2) ;; esac

@@ -75,14 +75,6 @@ export ADMIN_TOKEN=admin-$(openssl rand -hex 12)
 export LOG_LEVEL=warn ECHO_DELAY=20ms MUSTER_HEARTBEAT=1s MUSTER_PEER_DOWN=10s
 LOG_DIR=$(mktemp -d -t relay-scale.XXXXXX)
 
-b64url() { openssl base64 -A | tr '+/' '-_' | tr -d '='; }
-mint() {
-  local head body sig
-  head=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
-  body=$(printf '{"sub":"load","sessions":["*"],"exp":%d}' "$(($(date +%s) + 3600))" | b64url)
-  sig=$(printf '%s.%s' "$head" "$body" | openssl dgst -sha256 -mac HMAC -macopt "key:$JWT_SECRET" -binary | b64url)
-  printf '%s.%s.%s' "$head" "$body" "$sig"
-}
 
 gw=() lpids=()
 cleanup() {
@@ -112,7 +104,7 @@ done
 
 rss() { for p in "${gw[@]}"; do awk '/^VmRSS:/ { print $2 }' "/proc/$p/status"; done | paste -sd+ | bc; }
 rss0=$(rss)
-TOKEN=$(mint)
+TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
 session=scale-$run
 echo "scale: $SOCKETS sockets on session $session over $GATEWAYS gateways ($per_gw each), $LOAD_PROCS load processes at up to $CONNECT_RATE dials/s and $DIAL_WINDOW in flight each"
 t0=$(date +%s.%N)
