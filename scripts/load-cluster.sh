@@ -26,29 +26,8 @@ PG=${PG:-postgres://postgres@127.0.0.1:5432/test}
 export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 export NATS_URL=${NATS_URL:-nats://127.0.0.1:4222}
 
-go build -o bin/gateway ./cmd/gateway
-go build -o bin/relay-load ./cmd/relay-load
-
-run=$(openssl rand -hex 4)
-schema=load_$run
-export CLUSTER=load-$run
-export DATABASE_URL="$PG?sslmode=disable&search_path=$schema"
-export JWT_SECRET=$(openssl rand -hex 32)
-export API_KEYS=key-$(openssl rand -hex 12)
-export ADMIN_TOKEN=admin-$(openssl rand -hex 12)
-export LOG_LEVEL=warn ECHO_DELAY=${ECHO_DELAY:-20ms} MUSTER_HEARTBEAT=1s MUSTER_PEER_DOWN=5s
-LOG_DIR=$(mktemp -d -t relay-load.XXXXXX)
-
-
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  psql "$PG" -qAtc "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" >/dev/null 2>&1 || true
-  redis-cli -u "$REDIS_URL" --scan --pattern "$CLUSTER:*" 2>/dev/null | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1 || true
-  echo "gateway logs: $LOG_DIR"
-}
-trap cleanup EXIT
+source scripts/lib/cluster-env.sh
+cluster_env load
 
 ulimit -n 20000
 ws=() post=()

@@ -47,32 +47,12 @@ export REDIS_URL=${REDIS_URL:-redis://127.0.0.1:6379/0}
 export NATS_URL=nats://127.0.0.1:$NATS_PORT
 export PUBSUB_ROUTING=$MODE
 
-go build -o bin/gateway ./cmd/gateway
-go build -o bin/relay-load ./cmd/relay-load
-
-run=$(openssl rand -hex 4)
-schema=route_$run
-export CLUSTER=route-$run
-export DATABASE_URL="$PG?sslmode=disable&search_path=$schema"
-export JWT_SECRET=$(openssl rand -hex 32)
-export API_KEYS=key-$(openssl rand -hex 12)
-export ADMIN_TOKEN=admin-$(openssl rand -hex 12)
-export LOG_LEVEL=warn ECHO_DELAY=${ECHO_DELAY:-20ms} MUSTER_HEARTBEAT=1s MUSTER_PEER_DOWN=5s
-LOG_DIR=$(mktemp -d -t relay-route.XXXXXX)
-
-
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  psql "$PG" -qAtc "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" >/dev/null 2>&1 || true
-  redis-cli -u "$REDIS_URL" --scan --pattern "$CLUSTER:*" 2>/dev/null | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1 || true
-  echo "logs: $LOG_DIR"
-}
-trap cleanup EXIT
+source scripts/lib/cluster-env.sh
+cluster_env route
 
 nats-server -a 127.0.0.1 -p "$NATS_PORT" -m "$NATS_MON" >"$LOG_DIR/nats.log" 2>&1 &
 nats_pid=$!
+pids+=("$nats_pid")
 for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$NATS_MON/varz" >/dev/null 2>&1 && break; sleep 0.1; done
 
 ulimit -n 20000
@@ -81,7 +61,7 @@ for i in 0 1 2; do
   ADDR=127.0.0.1:$((BASE_PORT + i)) NODE_NAME=route$i bin/gateway >"$LOG_DIR/route$i.log" 2>&1 &
   gw+=($!)
 done
-pids=("${gw[@]}" "$nats_pid")
+pids+=("${gw[@]}")
 gw_pids=$(IFS=,; echo "${gw[*]}")
 for i in 0 1 2; do
   for _ in $(seq 1 100); do

@@ -62,33 +62,15 @@ if ((per_gw > ports)); then
   exit 2
 fi
 
-go build -o bin/gateway ./cmd/gateway
-go build -o bin/relay-load ./cmd/relay-load
-
-run=$(openssl rand -hex 4)
-schema=scale_$run
-export CLUSTER=scale-$run
-export DATABASE_URL="$PG?sslmode=disable&search_path=$schema"
-export JWT_SECRET=$(openssl rand -hex 32)
-export API_KEYS=key-$(openssl rand -hex 12)
-export ADMIN_TOKEN=admin-$(openssl rand -hex 12)
-export LOG_LEVEL=warn ECHO_DELAY=20ms MUSTER_HEARTBEAT=1s MUSTER_PEER_DOWN=10s
-LOG_DIR=$(mktemp -d -t relay-scale.XXXXXX)
-
-
+source scripts/lib/cluster-env.sh
+export MUSTER_PEER_DOWN=${MUSTER_PEER_DOWN:-10s}
+cluster_env scale
 gw=() lpids=()
-cleanup() {
-  for p in "${lpids[@]}" "${gw[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${lpids[@]}" "${gw[@]}"; do wait "$p" 2>/dev/null || true; done
-  psql "$PG" -qAtc "DROP SCHEMA IF EXISTS \"$schema\" CASCADE" >/dev/null 2>&1 || true
-  redis-cli -u "$REDIS_URL" --scan --pattern "$CLUSTER:*" 2>/dev/null | xargs -r redis-cli -u "$REDIS_URL" del >/dev/null 2>&1 || true
-  echo "logs: $LOG_DIR"
-}
-trap cleanup EXIT
 
 for i in $(seq 0 $((GATEWAYS - 1))); do
   ADDR=127.0.0.1:$((BASE_PORT + i)) NODE_NAME=scale$i bin/gateway >"$LOG_DIR/scale$i.log" 2>&1 &
   gw+=($!)
+  pids+=($!)
 done
 for i in $(seq 0 $((GATEWAYS - 1))); do
   for _ in $(seq 1 100); do
@@ -117,6 +99,7 @@ for j in $(seq 0 $((LOAD_PROCS - 1))); do
     -sockets "$n" -sessions 1 -prefix "$session" -rate -1 -expect $((n * 5)) -duration "$FANOUT_WAIT" \
     -connect-rate "$CONNECT_RATE" -dial-window "$DIAL_WINDOW" >"$LOG_DIR/load$j.out" 2>&1 &
   lpids+=($!)
+  pids+=($!)
 done
 for j in $(seq 0 $((LOAD_PROCS - 1))); do
   until grep -q '^sockets joined' "$LOG_DIR/load$j.out"; do
