@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { chromium } from "playwright-core";
+import { dump } from "./gateway.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -72,4 +73,32 @@ export function pageErrors(page) {
     if (m.type() === "error") errors.push(m.text());
   });
   return errors;
+}
+
+/**
+ * A test body on a fresh page of browser(): on failure it keeps a screenshot
+ * (`<prefix>-failure-<test name>`) and prints every gateway's log and the page's
+ * errors. browser and gws are read when the test runs (suites set them in before()).
+ * @param {() => {context: import("playwright-core").BrowserContext}} browser
+ * @param {() => import("./gateway.mjs").Gateway[]} gws
+ * @param {string} prefix
+ * @param {(page: import("playwright-core").Page, t: any) => Promise<void>} fn
+ * @param {(page: import("playwright-core").Page) => void} [setup] called on the new page first
+ */
+export function withPage(browser, gws, prefix, fn, setup) {
+  return async (t) => {
+    const page = await browser().context.newPage();
+    const errors = pageErrors(page);
+    if (setup) setup(page);
+    try {
+      await fn(page, t);
+    } catch (err) {
+      await screenshot(page, `${prefix}-failure-${t.name.replace(/\W+/g, "-").slice(0, 40)}`).catch(() => {});
+      for (const gw of gws()) console.error(`--- ${gw.nodeName}\n${dump(gw.logs)}`);
+      console.error(`--- page errors\n${errors.join("\n")}`);
+      throw err;
+    } finally {
+      await page.close();
+    }
+  };
 }

@@ -8,9 +8,9 @@
 // Screenshots: e2e/artifacts/screenshots/demo-*.png.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { launchBrowser, pageErrors, screenshot } from "./browser.mjs";
+import { launchBrowser, screenshot, withPage } from "./browser.mjs";
 import { nodeInfo, startCluster, waitClusterReady } from "./cluster.mjs";
-import { dump, uniqueId } from "./gateway.mjs";
+import { uniqueId } from "./gateway.mjs";
 import { dropSchemas } from "./stores.mjs";
 
 // Failure bounds for DOM conditions, not expectations of speed. A takeover after a
@@ -37,22 +37,8 @@ after(async () => {
   dropSchemas();
 });
 
-function withLogs(fn) {
-  return async (t) => {
-    const page = await browser.context.newPage();
-    const errors = pageErrors(page);
-    try {
-      await fn(page, t);
-    } catch (err) {
-      await screenshot(page, `demo-failure-${t.name.replace(/\W+/g, "-").slice(0, 40)}`).catch(() => {});
-      for (const gw of gws) console.error(`--- ${gw.nodeName}\n${dump(gw.logs)}`);
-      console.error(`--- page errors\n${errors.join("\n")}`);
-      throw err;
-    } finally {
-      await page.close();
-    }
-  };
-}
+/** Runs fn on a fresh page; on failure prints every node's last log lines and the page's errors. */
+const withLogs = (fn) => withPage(() => browser, () => gws, "demo", fn);
 
 async function openDemo(page, gw, id) {
   await page.goto(`${gw.httpURL}/#token=${gw.token()}&session=${id}`);

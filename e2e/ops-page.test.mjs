@@ -7,9 +7,9 @@
 // Screenshots: e2e/artifacts/screenshots/ops-*.png.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { launchBrowser, pageErrors, screenshot } from "./browser.mjs";
+import { launchBrowser, screenshot, withPage } from "./browser.mjs";
 import { nodeInfo, startCluster, waitClusterReady } from "./cluster.mjs";
-import { dump, uniqueId } from "./gateway.mjs";
+import { uniqueId } from "./gateway.mjs";
 import { dropSchemas } from "./stores.mjs";
 
 // Failure bounds for DOM conditions, not expectations of speed.
@@ -33,24 +33,9 @@ after(async () => {
   dropSchemas();
 });
 
-/** Runs fn; on failure prints every node's last log lines and the page's errors. */
-function withLogs(fn) {
-  return async (t) => {
-    const page = await browser.context.newPage();
-    const errors = pageErrors(page);
-    page.on("dialog", (d) => d.accept()); // the drain button's confirm()
-    try {
-      await fn(page, t);
-    } catch (err) {
-      await screenshot(page, `ops-failure-${t.name.replace(/\W+/g, "-").slice(0, 40)}`).catch(() => {});
-      for (const gw of gws) console.error(`--- ${gw.nodeName}\n${dump(gw.logs)}`);
-      console.error(`--- page errors\n${errors.join("\n")}`);
-      throw err;
-    } finally {
-      await page.close();
-    }
-  };
-}
+/** Runs fn on a fresh page; on failure prints every node's last log lines and the page's errors. */
+// The drain button asks confirm(): every dialog is accepted.
+const withLogs = (fn) => withPage(() => browser, () => gws, "ops", fn, (page) => page.on("dialog", (d) => d.accept()));
 
 /** The cluster table as the page shows it: one object per row, by data-field. */
 function rows(page) {
