@@ -27,16 +27,7 @@ BASELINE_ENV=${BASELINE_ENV:-}
 secs=${DURATION%s}
 MESSAGES=${MESSAGES:-$(awk "BEGIN{print int($RATE*5*$secs)}")}
 
-go build -o bin/gateway ./cmd/gateway
-go build -o bin/relay-load ./cmd/relay-load
-ulimit -n 20000
-
-export JWT_SECRET=$(openssl rand -hex 32)
-TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
-
-out=$(mktemp)
-gw=
-trap '[ -n "$gw" ] && kill "$gw" 2>/dev/null; rm -f "$out"; true' EXIT
+source scripts/lib/embedded-env.sh
 
 # fanout NAME BINARY: one fan-out run; appends "NAME us_per_delivery load1" to $out.
 fanout() {

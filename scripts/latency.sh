@@ -22,16 +22,7 @@ BASELINE=${BASELINE:-}
 GATEWAY_ENV=${GATEWAY_ENV:-}
 BASELINE_ENV=${BASELINE_ENV:-}
 
-go build -o bin/gateway ./cmd/gateway
-go build -o bin/relay-load ./cmd/relay-load
-ulimit -n 20000
-
-export JWT_SECRET=$(openssl rand -hex 32)
-TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
-
-out=$(mktemp)
-gw=
-trap '[ -n "$gw" ] && kill "$gw" 2>/dev/null; rm -f "$out"; true' EXIT
+source scripts/lib/embedded-env.sh
 
 # run NAME BINARY TRAFFIC ECHO_DELAY LOAD_FLAGS...
 run() {
