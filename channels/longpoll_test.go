@@ -141,6 +141,25 @@ func (c *lpClient) post(lines ...string) lpAnswer {
 	return c.do(context.Background(), http.MethodPost, c.url(), "application/x-ndjson", []byte(strings.Join(lines, "\n")))
 }
 
+// joinLobby creates the session and joins room:lobby (join ref and ref "3").
+func (c *lpClient) joinLobby() {
+	c.t.Helper()
+	c.open()
+	c.post(`["3","3","room:lobby","phx_join",{}]`)
+	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+}
+
+// heldPoll starts a poll and returns once the server holds it (trace point
+// longpoll.held on tr); the poll's answer arrives on the channel.
+func (c *lpClient) heldPoll(tr *trace.Tracer) <-chan lpAnswer {
+	c.t.Helper()
+	held := tr.Count(trace.Kind("longpoll.held"))
+	got := make(chan lpAnswer, 1)
+	go func() { got <- c.poll() }()
+	waitHeld(c.t, tr, held+1)
+	return got
+}
+
 // expect polls until want has arrived, in order, after what arrived before;
 // it fails on a frame that is not the next expected one.
 func (c *lpClient) expect(want ...string) {
@@ -209,13 +228,8 @@ func TestLongPollHeldPollWakesAndTimesOut(t *testing.T) {
 	tr.Emit("test.polled")
 	ls2 := newLPServer(t, EndpointConfig{}, LongPollConfig{Window: time.Hour}, map[string]Handler{"room:*": newFuncHandler()})
 	c2 := ls2.client(t, "?vsn=2.0.0")
-	c2.open()
-	c2.post(`["3","3","room:lobby","phx_join",{}]`)
-	c2.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	held := ls2.tr.Count(trace.Kind("longpoll.held"))
-	got := make(chan lpAnswer, 1)
-	go func() { got <- c2.poll() }()
-	waitHeld(t, ls2.tr, held+1)
+	c2.joinLobby()
+	got := c2.heldPoll(ls2.tr)
 	ls2.ep.Hub().Broadcast("room:lobby", "ev", json.RawMessage(`{}`), nil)
 	if a := <-got; a.Status != 200 || len(a.Messages) != 1 || a.Messages[0] != `[null,null,"room:lobby","ev",{}]` {
 		t.Fatalf("held poll: %+v", a)
@@ -227,9 +241,7 @@ func TestLongPollHeldPollWakesAndTimesOut(t *testing.T) {
 func TestLongPollNewerPollSupersedesHeld(t *testing.T) {
 	ls := newLPServer(t, EndpointConfig{}, LongPollConfig{Window: time.Hour}, map[string]Handler{"room:*": newFuncHandler()})
 	c := ls.client(t, "?vsn=2.0.0")
-	c.open()
-	c.post(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.joinLobby()
 	held := ls.tr.Count(trace.Kind("longpoll.held"))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -299,9 +311,7 @@ func TestLongPollIdleSessionCloses(t *testing.T) {
 func TestLongPollSlowConsumerCut(t *testing.T) {
 	ls := newLPServer(t, EndpointConfig{QueueSize: 8}, LongPollConfig{Window: time.Hour}, map[string]Handler{"room:*": newFuncHandler()})
 	c := ls.client(t, "?vsn=2.0.0")
-	c.open()
-	c.post(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.joinLobby()
 	pad := strings.Repeat("x", 64<<10)
 	sent := 0
 	for ls.ep.Stats().SlowConsumers == 0 && sent < 1000 {
@@ -340,9 +350,7 @@ func TestLongPollBadTokens(t *testing.T) {
 	lcfg := LongPollConfig{Window: time.Hour, SessionMaxAge: time.Hour, Now: func() time.Time { return time.Unix(now.Load(), 0) }}
 	ls := newLPServer(t, EndpointConfig{}, lcfg, map[string]Handler{"room:*": h})
 	c := ls.client(t, "?vsn=2.0.0")
-	c.open()
-	c.post(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.joinLobby()
 
 	body, sig, _ := strings.Cut(strings.TrimPrefix(c.token, lpTokenPrefix), ".")
 	raw, _ := base64.RawURLEncoding.DecodeString(body)
@@ -544,13 +552,8 @@ func TestLongPollDrainEndsSessions(t *testing.T) {
 	h := newFuncHandler()
 	ls := newLPServer(t, EndpointConfig{}, LongPollConfig{Window: time.Hour}, map[string]Handler{"room:*": h})
 	c := ls.client(t, "?vsn=2.0.0")
-	c.open()
-	c.post(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
-	held := ls.tr.Count(trace.Kind("longpoll.held"))
-	got := make(chan lpAnswer, 1)
-	go func() { got <- c.poll() }()
-	waitHeld(t, ls.tr, held+1)
+	c.joinLobby()
+	got := c.heldPoll(ls.tr)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	if err := ls.ep.Shutdown(ctx); err != nil {
@@ -745,9 +748,7 @@ func BenchmarkLongPollDelivery(b *testing.B) {
 func TestLongPollConcurrentPostsPollsAndBroadcasts(t *testing.T) {
 	ls := newLPServer(t, EndpointConfig{}, LongPollConfig{Window: time.Hour}, map[string]Handler{"room:*": newFuncHandler()})
 	c := ls.client(t, "?vsn=2.0.0")
-	c.open()
-	c.post(`["3","3","room:lobby","phx_join",{}]`)
-	c.expect(`["3","3","room:lobby","phx_reply",{"status":"ok","response":{}}]`)
+	c.joinLobby()
 	const posters, perPoster, broadcasts = 4, 25, 200
 	var wg sync.WaitGroup
 	for p := range posters {
