@@ -34,6 +34,7 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
 	@$(GO) mod tidy -diff || { echo "go mod tidy: go.mod/go.sum are not tidy (run go mod tidy)"; exit 1; }
+	@scripts/lint-refs.sh --self-test
 	@scripts/lint-refs.sh
 
 unit:

@@ -15,8 +15,9 @@ import (
 	"github.com/relaygw/relay/internal/trace"
 )
 
-// Tests named TestChecklistNN follow the checklist at the end of
-// docs/PHOENIX.md, item NN.
+// Each TestChecklist* test follows the checklist item of docs/PHOENIX.md
+// whose number its name starts with (TestChecklist01UpgradeWithAllowedOrNoOrigin
+// is item 1).
 
 func roomServer(t *testing.T, h *funcHandler, cfg EndpointConfig) *testServer {
 	return newTestServer(t, cfg, map[string]Handler{"room:*": h})
