@@ -3,13 +3,15 @@
 #
 #   - a design file outside the repository, or an absolute path of a machine;
 #   - a "docs/NAME.md" that does not exist;
-#   - a test that does not exist. A cited test is, in a tracked markdown file or
-#     in a Go comment, a token TestFoo, FuzzFoo or BenchmarkFoo (optionally
-#     pkg.TestFoo, TestFoo/subtest, or TestFoo* for every test whose name
-#     starts so), which must be declared as "func TestFoo(" in a tracked
-#     _test.go file (for pkg.TestFoo, in a directory named pkg); or an end-to-end test file name.test.mjs (or
-#     dir/name.test.mjs), which must be a tracked file (a bare name may be
-#     anywhere in the tree). Each missing citation is printed as file:line.
+#   - a test that does not exist. A cited test is, in a tracked markdown file,
+#     a Go comment, a shell script or the Makefile, a token TestFoo, FuzzFoo
+#     or BenchmarkFoo (also pkg.TestFoo, TestFoo/subtest, and TestFoo* for
+#     the tests whose names start so), which must be declared as
+#     "func TestFoo(" in a tracked _test.go file (for pkg.TestFoo, in a
+#     directory named pkg); or an end-to-end test file name.test.mjs (or
+#     dir/name.test.mjs, or a glob such as e2e/*-page.test.mjs), which must
+#     match a tracked file (a bare name anywhere in the tree). Each missing
+#     citation is printed as file:line.
 #
 # scripts/lint-refs.sh --self-test runs the script on a scratch repository
 # that cites a test that does not exist and checks that it fails and names it.
@@ -26,17 +28,17 @@ if [ "${1:-}" = "--self-test" ]; then
     cp "$self" scripts/lint-refs.sh
     printf 'package pkga\n\nimport "testing"\n\nfunc TestThere(t *testing.T) {}\n\nfunc BenchmarkThere(b *testing.B) {}\n' >pkga/a_test.go
     printf 'x\n' >e2e/here.test.mjs
-    printf '# Doc\n\nTestThere, pkga.TestThere/sub, pkga.TestTh*, BenchmarkThere, e2e/here.test.mjs, here.test.mjs.\n' >docs/GOOD.md
+    printf '# Doc\n\nTestThere, pkga.TestThere/sub, pkga.TestTh*, BenchmarkThere, e2e/here.test.mjs, here.test.mjs, e2e/*re.test.mjs.\n' >docs/GOOD.md
     printf 'package pkga\n\n// Covered by TestThere.\n' >pkga/a.go
     git add -A
     scripts/lint-refs.sh >out 2>&1 || { cat out >&2; echo "lint-refs --self-test: a tree citing only existing tests failed" >&2; exit 1; }
     printf '# Doc\n\nSee TestThere and\nTestDoesNotExist, TestNo*.\n' >docs/BAD.md
-    printf 'package pkga\n\n// Covered by pkgb.TestThere and e2e/gone.test.mjs.\n' >pkga/b.go
+    printf 'package pkga\n\n// Covered by pkgb.TestThere and e2e/gone.test.mjs, e2e/*-page.test.mjs.\n' >pkga/b.go
     git add -A
     if scripts/lint-refs.sh >out 2>&1; then
       echo "lint-refs --self-test: a tree citing TestDoesNotExist passed" >&2; exit 1
     fi
-    for want in 'docs/BAD.md:4: TestDoesNotExist' 'docs/BAD.md:4: TestNo*' 'pkga/b.go:3: pkgb.TestThere' 'pkga/b.go:3: e2e/gone.test.mjs'; do
+    for want in 'docs/BAD.md:4: TestDoesNotExist' 'docs/BAD.md:4: TestNo*' 'pkga/b.go:3: pkgb.TestThere' 'pkga/b.go:3: e2e/gone.test.mjs' 'pkga/b.go:3: e2e/*-page.test.mjs'; do
       grep -qF "$want" out || { cat out >&2; echo "lint-refs --self-test: output lacks \"$want\"" >&2; exit 1; }
     done
     if grep -qF 'docs/BAD.md:3:' out; then cat out >&2; echo "lint-refs --self-test: reported an existing test" >&2; exit 1; fi
@@ -62,13 +64,13 @@ while IFS= read -r ref; do
 done < <(git grep -ohE 'docs/[A-Za-z0-9_-]+\.md' -- $files | sort -u)
 
 # Every cited test exists. Declarations: "path:func TestFoo(" from the
-# tracked _test.go files; citations: every line of markdown or Go that names
-# one (in Go files only the part after "//" is read).
+# tracked _test.go files; citations: every line of markdown, shell or the
+# Makefile that names one, and Go comments (the part of a line after "//").
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git ls-files >"$tmp/files"
 git grep -oE '^func (Test|Fuzz|Benchmark)[A-Za-z0-9_]*\(' -- '*_test.go' >"$tmp/defs" || true
-git grep -nE '(Test|Fuzz|Benchmark)[A-Z0-9_]|\.test\.mjs' -- '*.md' '*.go' ':!scripts/lint-refs.sh' >"$tmp/cites" || true
+git grep -nE '(Test|Fuzz|Benchmark)[A-Z0-9_]|\.test\.mjs' -- '*.md' '*.go' '*.sh' Makefile ':!scripts/lint-refs.sh' >"$tmp/cites" || true
 if ! awk -v filesf="$tmp/files" -v defsf="$tmp/defs" '
   BEGIN {
     while ((getline l < filesf) > 0) {
@@ -93,11 +95,17 @@ if ! awk -v filesf="$tmp/files" -v defsf="$tmp/defs" '
       text = substr(text, i + 2)
     }
     s = text
-    while (match(s, /[A-Za-z0-9_.\/-]*(Test|Fuzz|Benchmark)[A-Z0-9_][A-Za-z0-9_]*|[A-Za-z0-9_.\/-]*\.test\.mjs/)) {
+    while (match(s, /[A-Za-z0-9_.\/-]*(Test|Fuzz|Benchmark)[A-Z0-9_][A-Za-z0-9_]*|[A-Za-z0-9_.\/*-]*\.test\.mjs/)) {
       tok = substr(s, RSTART, RLENGTH); s = substr(s, RSTART + RLENGTH)
       if (tok ~ /\.test\.mjs$/) {
         sub(/^\.\//, "", tok)
-        if (tok ~ /\//) ok = (tok in file)
+        if (tok ~ /\*/) {
+          # A glob: some tracked file matches it.
+          re = tok; gsub(/\./, "\\.", re); gsub(/\*/, "[^/]*", re)
+          re = (tok ~ /\//) ? ("^" re "$") : ("(^|/)" re "$")
+          ok = 0
+          for (f in file) if (f ~ re) { ok = 1; break }
+        } else if (tok ~ /\//) ok = (tok in file)
         else ok = (tok in base)
       } else {
         # Keep "pkg.Name" or "Name": drop what comes before the last "/"
