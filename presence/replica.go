@@ -988,3 +988,13 @@ func (s *refSource) next() string {
 	copy(b[6:], n[2:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
+
+// mustJSON marshals v. Metas come from the application; a meta value that
+// cannot be marshalled (a channel, a func) is a programming error.
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("presence: meta is not JSON-encodable: " + err.Error())
+	}
+	return b
+}

@@ -16,6 +16,19 @@ import (
 	"github.com/relaygw/relay/presence"
 )
 
+// wirePresences is a presence_state, or a presence_diff's joins or leaves.
+type wirePresences map[string]struct {
+	Metas []map[string]any `json:"metas"`
+}
+
+func refs(ms []map[string]any) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m["phx_ref"].(string))
+	}
+	return out
+}
+
 // observer is one socket that joined a topic on one node at some moment:
 // it subscribed to the topic's broadcasts, then was served the topic's
 // presence_state (and, when counted, presence_count), in the gateway's
@@ -47,16 +60,19 @@ func (o *observer) apply(t fataler, event string, payload json.RawMessage) {
 			t.Fatalf("%s: presence_diff %s while counting", o.name, payload)
 		}
 		// phoenix.js syncDiff: the joins, then the leaves.
-		var d struct{ Joins, Leaves wirePresences }
+		var d struct{ Joins, Leaves *wirePresences }
 		if err := json.Unmarshal(payload, &d); err != nil {
 			t.Fatal(err)
 		}
-		for k, e := range d.Joins {
+		if d.Joins == nil || d.Leaves == nil {
+			t.Fatalf("%s: presence_diff %s lacks joins or leaves", o.name, payload)
+		}
+		for k, e := range *d.Joins {
 			for _, r := range refs(e.Metas) {
 				o.refs[r] = k
 			}
 		}
-		for _, e := range d.Leaves {
+		for _, e := range *d.Leaves {
 			for _, r := range refs(e.Metas) {
 				delete(o.refs, r)
 			}
@@ -321,5 +337,25 @@ func TestReplicaLeaveAfterServedJoin(t *testing.T) {
 	n.r.Flush()
 	if got, want := n.viewers[topic].refs, map[string]string{j: "J"}; !maps.Equal(got, want) {
 		t.Fatalf("after the period's diff J shows %v, want %v", got, want)
+	}
+}
+
+// TestReplicaPanicsOnBadMetaWithoutChange: Track panics on a meta that is
+// not JSON-encodable, before changing anything: nothing is listed, and the
+// next flush tells subscribers and peers nothing.
+func TestReplicaPanicsOnBadMetaWithoutChange(t *testing.T) {
+	c := newRepCluster(t, []string{"n1", "n2"}, -1)
+	n := c.nodes[0]
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("no panic for a func meta")
+			}
+		}()
+		n.r.Track("session:t", "k", map[string]any{"f": func() {}})
+	}()
+	n.r.Flush()
+	if got := n.r.Count("session:t"); got != 0 || len(n.viewers) != 0 || c.net.len() != 0 {
+		t.Fatalf("state changed before the panic: count %d, broadcasts %v, %d messages", got, n.viewers, c.net.len())
 	}
 }
