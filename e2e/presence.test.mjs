@@ -2,7 +2,9 @@
 // phoenix client's Presence (docs/PHOENIX.md §5.4): viewers on every node list every
 // viewer; a node killed with SIGKILL has its viewers removed from every other node's
 // lists once the Census declares it dead; a NATS partition of one node (its NATS link
-// runs through a TCP proxy the test cuts) and its heal leave no ghost and lose no viewer.
+// runs through a TCP proxy the test cuts) and its heal leave no ghost and lose no viewer; a
+// viewer that joins and leaves within one broadcast period while another joins never stays
+// listed on the other (the phantom viewer).
 import assert from "node:assert/strict";
 import { createServer, connect } from "node:net";
 import { after, test } from "node:test";
