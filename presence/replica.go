@@ -79,8 +79,8 @@ type ReplicaConfig struct {
 // and changes go out once per BroadcastPeriod as one presence_diff per
 // topic (netted by phx_ref: a presence that joined and left within the
 // period is not sent, unless a socket that joined in between was served a
-// state listing it: then its leave is; see pending). A topic above MaxListed presences is counted, not
-// listed (ReplicaConfig.MaxListed).
+// state listing it: then its leave is; see pending). A topic above
+// MaxListed presences is counted, not listed (ReplicaConfig.MaxListed).
 //
 // Trace points: presence.flushed (node, messages, broadcasts);
 // presence.applied (node, from, kind, topics); presence.ignored (node, from,
