@@ -247,7 +247,10 @@ func (h *sessionChannel) expireAt(ch *channels.Channel, claims *Claims) {
 // channel gets right after its join reply (docs/PHOENIX.md §5.3: a full
 // state after every join), cluster-wide; on a topic above
 // PRESENCE_MAX_LISTED, presence_state {} and presence_count {"count":N}.
-// The join's own presence_diff follows at the next broadcast period.
+// The join's own presence_diff follows at the next broadcast period. Join
+// subscribed the channel before this takes the state, so every change after
+// it reaches the channel in a later diff, including the leave of a presence
+// the state listed before its join was broadcast (presence.Replica.List).
 func (h *sessionChannel) trackPresence(ch *channels.Channel, claims *Claims) []channels.Push {
 	n := h.n
 	key := claims.Subject

@@ -68,6 +68,40 @@ func TestPresenceOnSessionTopics(t *testing.T) {
 	}
 }
 
+// TestPresenceLeaveAfterServedJoin: M joins, J joins and is served a
+// presence_state listing M, M leaves, all before the period's flush; the
+// flush's presence_diff tells J that M left (docs/PHOENIX.md §5.4, "What
+// subscribers get"). The broadcast timer is an hour, so the test flushes.
+func TestPresenceLeaveAfterServedJoin(t *testing.T) {
+	n, srv, _ := testNode(t, func(c *Config) { c.PresencePeriod = time.Hour })
+	tokM, _ := n.Auth().Mint("M", []string{"*"}, time.Hour)
+	tokJ, _ := n.Auth().Mint("J", []string{"*"}, time.Hour)
+	const topic = "session:phantom"
+	type presences map[string]struct {
+		Metas []map[string]any `json:"metas"`
+	}
+
+	m := phxtest.DialT(t, phxtest.URL(srv.URL, tokM))
+	mRef := m.Send("", topic, "phx_join", map[string]any{})
+	m.Until(mRef)
+	j := phxtest.DialT(t, phxtest.URL(srv.URL, tokJ))
+	j.Join(topic, map[string]any{})
+	var state presences
+	if err := json.Unmarshal(j.NextEvent("presence_state").Payload, &state); err != nil || len(state["M"].Metas) != 1 || len(state["J"].Metas) != 1 {
+		t.Fatalf("J's presence_state = %v (%v), want M and J", state, err)
+	}
+	m.Send(mRef, topic, "phx_leave", map[string]any{})
+	waitUntil(t, "M untracked", func() bool { return n.presence.Local(topic) == 1 })
+	n.presence.Flush()
+	var d struct{ Joins, Leaves presences }
+	if err := json.Unmarshal(j.NextEvent("presence_diff").Payload, &d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Leaves["M"].Metas) != 1 || d.Leaves["M"].Metas[0]["phx_ref"] != state["M"].Metas[0]["phx_ref"] {
+		t.Fatalf("the period's diff %+v does not tell J that M (%v) left", d, state["M"].Metas)
+	}
+}
+
 // TestPresenceAcrossNodes: presence is cluster-wide over NATS. A viewer on
 // node a sees a viewer joined on node b arrive as a presence_diff; when the
 // topic passes PRESENCE_MAX_LISTED its sockets get presence_state {} and

@@ -12,10 +12,4 @@
 // transfers), and drops a node's records when its Census declares the
 // incarnation departed (CensusConfig.OnPeer); docs/PHOENIX.md §5.4. The
 // gateway uses it for session topics.
-//
-// Tracker is a node-local, Phoenix-compatible presence: it produces the
-// presence_state payload and presence_diff payloads described in
-// docs/PHOENIX.md §5 for the channels of one node. It is not replicated
-// across the cluster; a topic's presence lists only members tracked on the
-// same node.
 package presence

@@ -78,8 +78,9 @@ type ReplicaConfig struct {
 // Subscribers get Phoenix's payloads: List is the presence_state of a join,
 // and changes go out once per BroadcastPeriod as one presence_diff per
 // topic (netted by phx_ref: a presence that joined and left within the
-// period is not sent). A topic above MaxListed presences is counted, not
-// listed (ReplicaConfig.MaxListed).
+// period is not sent, unless a socket that joined in between was served a
+// state listing it: then its leave is; see pending). A topic above
+// MaxListed presences is counted, not listed (ReplicaConfig.MaxListed).
 //
 // Trace points: presence.flushed (node, messages, broadcasts);
 // presence.applied (node, from, kind, topics); presence.ignored (node, from,
@@ -136,10 +137,41 @@ type repTopicState struct {
 
 	remote map[string]*record // by peer name
 
-	cjoins map[string]*rentry // changes subscribers have not been told yet
-	cleavs map[string]*rentry
+	// Changes subscribers have not been told yet, by phx_ref. A socket
+	// that joined since the last flush was served a state (List) that
+	// already reflects some of them, so they are not simply netted: see
+	// pending.
+	pend map[string]*pending
+	// What a served state showed since the last flush: a list, or counts.
+	servedList, servedCount bool
+
 	counts bool // subscribers were last told counts, not a list
 	told   int  // the count last told, when counts
+}
+
+// pending is one presence's changes since the last flush, as its topic's
+// subscribers must be told them at the next one. Two kinds of subscriber
+// exist at a flush: those that were told everything up to the previous
+// flush (they show base), and those that joined since and were served a
+// state, each showing the presence as it was then (seenIn, seenOut). The
+// diff must bring every one of them to now; phoenix.js applies a diff's
+// joins before its leaves, ignores a leave of a phx_ref it does not show
+// and a join of one it does, so:
+//
+//   - present now, absent from some view (base or a served state): a join;
+//   - absent now, present in some view: a leave;
+//   - otherwise nothing (a join and leave within the period that no served
+//     state listed is netted away, as Phoenix.Presence does).
+//
+// Netting on the fly (a leave cancelling a pending join) is what left a
+// phantom: a socket served a state that listed the pending join never
+// heard of the leave.
+type pending struct {
+	e       *rentry // the presence as it joined, or as it left
+	base    bool    // present at the last flush
+	now     bool    // present now
+	seenIn  bool    // a state served since the last flush listed it
+	seenOut bool    // a state served since the last flush did not
 }
 
 type stateAssembly struct {
@@ -276,7 +308,7 @@ func (r *Replica) Track(topic, key string, meta map[string]any) string {
 	ts.lclock = r.clock
 	ts.dirty = true
 	net(ts.ljoins, ts.lleavs, e, true, &ts.ljoins, &ts.lleavs)
-	net(ts.cjoins, ts.cleavs, e, true, &ts.cjoins, &ts.cleavs)
+	ts.changeLocked(e, true)
 	return ref
 }
 
@@ -295,12 +327,47 @@ func (r *Replica) Untrack(topic, ref string) bool {
 	ts.lclock = r.clock
 	ts.dirty = true
 	net(ts.ljoins, ts.lleavs, e, false, &ts.ljoins, &ts.lleavs)
-	net(ts.cjoins, ts.cleavs, e, false, &ts.cjoins, &ts.cleavs)
+	ts.changeLocked(e, false)
 	return true
+}
+
+// changeLocked records for the subscribers that e joined (join true) or
+// left.
+func (ts *repTopicState) changeLocked(e *rentry, join bool) {
+	p := ts.pend[e.ref]
+	if p == nil {
+		if ts.pend == nil {
+			ts.pend = map[string]*pending{}
+		}
+		p = &pending{base: !join}
+		ts.pend[e.ref] = p
+	}
+	p.e, p.now = e, join
+	if p.now == p.base && !p.seenIn && !p.seenOut {
+		delete(ts.pend, e.ref) // back where every subscriber has it
+	}
+}
+
+// servedLocked records that a state of ts was served now: listed (a
+// presence_state with the presences) or counted.
+func (ts *repTopicState) servedLocked(counted bool) {
+	if counted {
+		ts.servedCount = true
+		return
+	}
+	ts.servedList = true
+	for _, p := range ts.pend {
+		if p.now {
+			p.seenIn = true
+		} else {
+			p.seenOut = true
+		}
+	}
 }
 
 // net records e as joined (join true) or left in a pending pair of sets: a
 // join cancels a pending leave of the same ref and the other way round.
+// Peers' deltas are netted so; subscribers' changes are not (pending).
 func net(joins, leaves map[string]*rentry, e *rentry, join bool, jp, lp *map[string]*rentry) {
 	if join {
 		if leaves[e.ref] != nil {
@@ -359,6 +426,13 @@ func (r *Replica) Local(topic string) int {
 // {"<key>":{"metas":[…]}}, metas in order of arrival on this node; {} when
 // the topic is empty or above MaxListed (then Count is what subscribers
 // are told, as presence_count {"count":N}). counted reports the latter.
+//
+// List is the state served to a socket that joins the topic, and it
+// includes the changes not yet broadcast (a socket sees itself at once).
+// The caller subscribes the socket to the topic's broadcasts before it
+// calls List; the next flush then tells that socket every change since,
+// including the leave of a presence List showed while its join was still
+// pending (see pending).
 func (r *Replica) List(topic string) (state json.RawMessage, counted bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -367,8 +441,10 @@ func (r *Replica) List(topic string) (state json.RawMessage, counted bool) {
 		return json.RawMessage("{}"), false
 	}
 	if r.overLocked(ts) {
+		ts.servedLocked(true)
 		return json.RawMessage("{}"), true
 	}
+	ts.servedLocked(false)
 	var es []*rentry
 	for _, e := range ts.local {
 		es = append(es, e)
@@ -446,7 +522,7 @@ func (r *Replica) Flush() {
 			// Peers drop an emptied record, so the next delta starts at 0.
 			ts.sent, ts.lclock = 0, 0
 		}
-		if len(ts.local) == 0 && len(ts.remote) == 0 && !ts.dirty && ts.cjoins == nil && ts.cleavs == nil {
+		if len(ts.local) == 0 && len(ts.remote) == 0 && !ts.dirty && len(ts.pend) == 0 {
 			delete(r.topics, name)
 		}
 	}
@@ -478,21 +554,24 @@ func (r *Replica) Flush() {
 }
 
 // clientOutLocked appends what ts's subscribers must be told and clears
-// ts's pending changes.
+// ts's pending changes. A state served since the last flush counts as a
+// view to correct: a socket served a list while the others count is told
+// presence_state {} and the count, one served a count while the others
+// list is told the full presence_state, and one served a count is told the
+// count even when it equals the one the others were last told.
 func (r *Replica) clientOutLocked(name string, ts *repTopicState, outs []clientOut) []clientOut {
 	over := r.overLocked(ts)
-	changed := len(ts.cjoins) > 0 || len(ts.cleavs) > 0
 	switch {
-	case over && !ts.counts:
+	case over && (!ts.counts || ts.servedList):
 		ts.counts, ts.told = true, ts.sizeLocked()
 		outs = append(outs, clientOut{name, "presence_state", json.RawMessage("{}")},
 			clientOut{name, "presence_count", CountPayload(ts.told)})
 	case over:
-		if n := ts.sizeLocked(); n != ts.told {
+		if n := ts.sizeLocked(); n != ts.told || ts.servedCount {
 			ts.told = n
 			outs = append(outs, clientOut{name, "presence_count", CountPayload(n)})
 		}
-	case ts.counts:
+	case ts.counts || ts.servedCount:
 		ts.counts = false
 		var es []*rentry
 		for _, e := range ts.local {
@@ -504,10 +583,21 @@ func (r *Replica) clientOutLocked(name string, ts *repTopicState, outs []clientO
 			}
 		}
 		outs = append(outs, clientOut{name, "presence_state", groupEntries(es)})
-	case changed:
-		outs = append(outs, clientOut{name, "presence_diff", diffPayload(ts.cjoins, ts.cleavs)})
+	default:
+		var joins, leaves []*rentry
+		for _, p := range ts.pend {
+			switch {
+			case p.now && (!p.base || p.seenOut):
+				joins = append(joins, p.e)
+			case !p.now && (p.base || p.seenIn):
+				leaves = append(leaves, p.e)
+			}
+		}
+		if len(joins)+len(leaves) > 0 {
+			outs = append(outs, clientOut{name, "presence_diff", diffPayload(joins, leaves)})
+		}
 	}
-	ts.cjoins, ts.cleavs = nil, nil
+	ts.pend, ts.servedList, ts.servedCount = nil, false, false
 	return outs
 }
 
@@ -519,11 +609,11 @@ func sortedEntries(m map[string]*rentry) []*rentry {
 
 // diffPayload is a presence_diff: {"joins":{…},"leaves":{…}}, both always
 // present.
-func diffPayload(joins, leaves map[string]*rentry) json.RawMessage {
+func diffPayload(joins, leaves []*rentry) json.RawMessage {
 	return mustJSON(struct {
 		Joins  json.RawMessage `json:"joins"`
 		Leaves json.RawMessage `json:"leaves"`
-	}{groupEntries(slices.Collect(maps.Values(joins))), groupEntries(slices.Collect(maps.Values(leaves)))})
+	}{groupEntries(joins), groupEntries(leaves)})
 }
 
 // SendDigest broadcasts this node's clock and the clock of every topic
@@ -602,7 +692,7 @@ func (r *Replica) setRecordLocked(ts *repTopicState, peer string, rec *record) {
 	if old != nil {
 		for ref, e := range old.entries {
 			if rec == nil || rec.entries[ref] == nil {
-				net(ts.cjoins, ts.cleavs, e, false, &ts.cjoins, &ts.cleavs)
+				ts.changeLocked(e, false)
 			}
 		}
 	}
@@ -614,7 +704,7 @@ func (r *Replica) setRecordLocked(ts *repTopicState, peer string, rec *record) {
 	if rec != nil {
 		for ref, e := range rec.entries {
 			if old == nil || old.entries[ref] == nil {
-				net(ts.cjoins, ts.cleavs, e, true, &ts.cjoins, &ts.cleavs)
+				ts.changeLocked(e, true)
 			} else {
 				rec.entries[ref] = old.entries[ref] // keep its arrival order
 			}
@@ -897,4 +987,14 @@ func (s *refSource) next() string {
 	binary.BigEndian.PutUint64(n[:], s.n)
 	copy(b[6:], n[2:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// mustJSON marshals v. Metas come from the application; a meta value that
+// cannot be marshalled (a channel, a func) is a programming error.
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("presence: meta is not JSON-encodable: " + err.Error())
+	}
+	return b
 }
