@@ -1,7 +1,8 @@
 // Package deploy_test checks docker-compose.yml without a Docker engine: the
 // three gateway nodes are built from the Dockerfile, reach the services by
 // their compose names, have distinct names and host ports, read only gateway
-// settings, and get more than DRAIN_WINDOW to stop.
+// settings, take their credentials from the environment (no placeholder the
+// gateway refuses), and get more than DRAIN_WINDOW to stop.
 package deploy_test
 
 import (
@@ -70,6 +71,13 @@ func TestComposeRunsThreeGatewayNodes(t *testing.T) {
 		for _, k := range []string{"JWT_SECRET", "API_KEYS", "ADMIN_TOKEN"} {
 			if !strings.Contains(env[k], "${"+k+":?") {
 				t.Errorf("%s: %s = %q, want it required from the environment", node, k, env[k])
+			}
+		}
+		// No credential the gateway refuses (deploy/k8s/secret.yaml's
+		// placeholders) as a value or a default.
+		for k, v := range env {
+			if strings.Contains(v, gateway.PlaceholderSecret) || strings.Contains(v, ":"+gateway.PlaceholderDatabasePassword+"@") {
+				t.Errorf("%s: %s = %q holds a placeholder credential the gateway refuses", node, k, v)
 			}
 		}
 		for _, d := range []string{"postgres", "redis", "nats"} {

@@ -135,6 +135,9 @@ func (c Config) Validate() error {
 	if err := c.validateStores(); err != nil {
 		return err
 	}
+	if err := c.validatePlaceholders(); err != nil {
+		return err
+	}
 	if _, err := c.buildAgent(zap.NewNop()); err != nil {
 		return err
 	}

@@ -1,19 +1,21 @@
 package gateway
 
 import (
+	"context"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/go-chi/chi/v5"
-	"go.yaml.in/yaml/v3"
 )
 
 // openAPIPath is the spec, relative to this package.
@@ -23,13 +25,51 @@ const openAPIPath = "../docs/openapi.yaml"
 // (every method): such a route is documented under its GET operation.
 var anyMethod = []string{"CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"}
 
-// specPath is the OpenAPI path of a chi route pattern: a trailing "/*"
-// wildcard is the path parameter {path}.
+// specPath is the OpenAPI path of a chi route pattern: a parameter
+// "{name}" or "{name:regexp}" is "{name}", and a trailing "/*" wildcard is
+// the path parameter {path}.
 func specPath(route string) string {
 	if strings.HasSuffix(route, "/*") {
-		return strings.TrimSuffix(route, "*") + "{path}"
+		route = strings.TrimSuffix(route, "*") + "{path}"
 	}
-	return route
+	var b strings.Builder
+	depth, skip := 0, false
+	for _, r := range route {
+		switch {
+		case r == '{':
+			depth++
+			if depth == 1 {
+				skip = false
+			}
+		case r == '}':
+			depth--
+			if depth == 0 {
+				skip = false
+			}
+		case r == ':' && depth == 1:
+			skip = true
+		}
+		if !skip {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func TestSpecPath(t *testing.T) {
+	for route, want := range map[string]string{
+		"/api/sessions/{id}/events":      "/api/sessions/{id}/events",
+		"/admin/nodes/{node}/drain":      "/admin/nodes/{node}/drain",
+		"/assets/*":                      "/assets/{path}",
+		"/x/{id:[0-9]+}/y":               "/x/{id}/y",
+		"/x/{id:[a-z]{2,3}}/{n:\\d+}":    "/x/{id}/{n}",
+		"/":                              "/",
+		"/admin/debug/pprof/{name}/tail": "/admin/debug/pprof/{name}/tail",
+	} {
+		if got := specPath(route); got != want {
+			t.Errorf("specPath(%q) = %q, want %q", route, got, want)
+		}
+	}
 }
 
 // servedRoutes walks the node's router: OpenAPI path → the methods served
@@ -57,69 +97,105 @@ func servedRoutes(t *testing.T, h http.Handler) map[string][]string {
 		if all {
 			methods = []string{http.MethodGet}
 		}
-		out[specPath(route)] = methods
+		p := specPath(route)
+		out[p] = append(out[p], methods...)
 	}
 	return out
 }
 
-// errorCodes returns the values of the Code* constants of errors.go.
-func errorCodes(t *testing.T) []string {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, 0)
+// validateOpenAPI loads an OpenAPI document with kin-openapi (every $ref
+// must resolve, inside the document: no external refs) and validates it
+// against the rules of its OpenAPI version, reporting every error found.
+func validateOpenAPI(raw []byte) (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(raw)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	var codes []string
-	ast.Inspect(f, func(n ast.Node) bool {
-		vs, ok := n.(*ast.ValueSpec)
-		if !ok || len(vs.Names) != 1 || len(vs.Values) != 1 || !strings.HasPrefix(vs.Names[0].Name, "Code") {
-			return true
-		}
-		if lit, ok := vs.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			v, _ := strconv.Unquote(lit.Value)
-			codes = append(codes, v)
-		}
-		return true
-	})
-	if len(codes) < 10 {
-		t.Fatalf("found only %d Code* constants in errors.go", len(codes))
-	}
-	return codes
+	return doc, doc.Validate(context.Background(), openapi3.EnableMultiError())
 }
 
-type openAPIDoc struct {
-	OpenAPI    string                               `yaml:"openapi"`
-	Paths      map[string]map[string]map[string]any `yaml:"paths"`
-	Components struct {
-		Schemas struct {
-			Error struct {
-				Properties struct {
-					Error struct {
-						Enum []string `yaml:"enum"`
-					} `yaml:"error"`
-				} `yaml:"properties"`
-			} `yaml:"Error"`
-		} `yaml:"schemas"`
-	} `yaml:"components"`
-}
-
-// TestOpenAPICoversEveryRoute: docs/openapi.yaml documents every route and
-// method the node's router serves, documents nothing it does not serve,
-// lists every error code of errors.go, and every $ref in it resolves.
-func TestOpenAPICoversEveryRoute(t *testing.T) {
+// loadOpenAPI is docs/openapi.yaml, valid OpenAPI 3.1.0.
+func loadOpenAPI(t *testing.T) *openapi3.T {
+	t.Helper()
 	raw, err := os.ReadFile(openAPIPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc openAPIDoc
-	if err := yaml.Unmarshal(raw, &doc); err != nil {
-		t.Fatalf("docs/openapi.yaml: %v", err)
+	doc, err := validateOpenAPI(raw)
+	if err != nil {
+		t.Fatalf("docs/openapi.yaml is not valid OpenAPI: %v", err)
 	}
 	if doc.OpenAPI != "3.1.0" {
 		t.Fatalf("docs/openapi.yaml is openapi %q, want 3.1.0", doc.OpenAPI)
 	}
+	return doc
+}
+
+// TestOpenAPIIsValid: docs/openapi.yaml passes kin-openapi's validation, and
+// that validation refuses the mistakes a hand-written spec makes, so its
+// pass means something.
+func TestOpenAPIIsValid(t *testing.T) {
+	loadOpenAPI(t)
+
+	const head = "openapi: 3.1.0\ninfo: {title: t, version: \"1\"}\n"
+	const okPaths = `paths:
+  /x:
+    get:
+      responses:
+        "200": {description: "OK, with a comma"}
+`
+	if _, err := validateOpenAPI([]byte(head + okPaths)); err != nil {
+		t.Fatalf("a valid minimal spec was refused: %v", err)
+	}
+	for name, c := range map[string]struct{ spec, want string }{
+		// An unquoted comma ends a flow mapping's value: the rest becomes a key.
+		"unquoted comma in a response": {`paths:
+  /x:
+    get:
+      responses:
+        "200": {description: OK, with a comma}
+`, "extra sibling fields: [with a comma]"},
+		"unquoted comma in a schema": {`paths: {}
+components:
+  schemas:
+    S: {type: object, properties: {a: {type: integer, description: Upper bound, seconds}}}
+`, "extra sibling fields: [seconds]"},
+		"dangling $ref": {`paths:
+  /x:
+    get:
+      responses:
+        "200": {$ref: "#/components/responses/Missing"}
+`, "#/components/responses/Missing"},
+		"undeclared path parameter": {`paths:
+  /x/{id}:
+    get:
+      responses:
+        "200": {description: OK}
+`, "must define exactly all path parameters"},
+		"unknown field": {`paths:
+  /x:
+    get:
+      sumary: typo
+      responses:
+        "200": {description: OK}
+`, "extra sibling fields: [sumary]"},
+	} {
+		_, err := validateOpenAPI([]byte(head + c.spec))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: validation error %v, want one containing %q", name, err, c.want)
+		}
+	}
+}
+
+// TestOpenAPICoversEveryRoute: docs/openapi.yaml documents every route and
+// method the node's router serves, and nothing it does not serve.
+func TestOpenAPICoversEveryRoute(t *testing.T) {
+	doc := loadOpenAPI(t)
 	n, _, _ := testNode(t, nil)
 	served := servedRoutes(t, n.Handler())
+	if len(served) < 10 {
+		t.Fatalf("walked only %d routes: %v", len(served), served)
+	}
 
 	var paths []string
 	for p := range served {
@@ -127,77 +203,143 @@ func TestOpenAPICoversEveryRoute(t *testing.T) {
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
+		item := doc.Paths.Value(p)
 		for _, m := range served[p] {
-			if _, ok := doc.Paths[p][strings.ToLower(m)]; !ok {
+			if item == nil || item.GetOperation(m) == nil {
 				t.Errorf("route %s %s is served but not documented: add paths.%q.%s to docs/openapi.yaml", m, p, p, strings.ToLower(m))
 			}
 		}
 	}
-	for p, ops := range doc.Paths {
+	for _, p := range doc.Paths.InMatchingOrder() {
 		methods, ok := served[p]
 		if !ok {
 			t.Errorf("docs/openapi.yaml documents %s, which the router does not serve: remove it or add the route", p)
 			continue
 		}
-		for op := range ops {
-			switch op {
-			case "get", "put", "post", "delete", "options", "head", "patch", "trace":
-				if !slices.Contains(methods, strings.ToUpper(op)) {
-					t.Errorf("docs/openapi.yaml documents %s %s, which the router does not serve (it serves %v)", strings.ToUpper(op), p, methods)
-				}
+		for m := range doc.Paths.Value(p).Operations() {
+			if !slices.Contains(methods, m) {
+				t.Errorf("docs/openapi.yaml documents %s %s, which the router does not serve (it serves %v)", m, p, methods)
 			}
 		}
 	}
+}
 
-	enum := doc.Components.Schemas.Error.Properties.Error.Enum
-	for _, code := range errorCodes(t) {
-		if !slices.Contains(enum, code) {
-			t.Errorf("error code %q (gateway/errors.go) is missing from components.schemas.Error.properties.error.enum", code)
-		}
-	}
-
-	var tree any
-	if err := yaml.Unmarshal(raw, &tree); err != nil {
+// emittedCodes returns the error codes the package's HTTP answers carry:
+// the values of its Code* string constants and every string literal given
+// as the code of errorf or of an apiError. A code given any other way (a
+// variable, a call) fails the test, so no code escapes the list.
+func emittedCodes(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
 		t.Fatal(err)
 	}
-	checkRefs(t, tree, tree)
-}
-
-// checkRefs fails for every "$ref" under node that does not resolve in root.
-func checkRefs(t *testing.T, root, node any) {
-	t.Helper()
-	switch v := node.(type) {
-	case map[string]any:
-		for k, c := range v {
-			if ref, ok := c.(string); ok && k == "$ref" {
-				if !resolves(root, ref) {
-					t.Errorf("docs/openapi.yaml: $ref %q does not resolve", ref)
-				}
-				continue
+	consts := map[string]string{}
+	var literal []string
+	var other []string
+	fset := token.NewFileSet()
+	codeExpr := func(e ast.Expr) {
+		switch v := e.(type) {
+		case *ast.BasicLit:
+			if s, err := strconv.Unquote(v.Value); err == nil && v.Kind == token.STRING {
+				literal = append(literal, s)
+				return
 			}
-			checkRefs(t, root, c)
+		case *ast.Ident:
+			if strings.HasPrefix(v.Name, "Code") || v.Name == "code" {
+				return // a constant (collected below), or errorf's own parameter
+			}
+		case *ast.SelectorExpr:
+			// rep.Error: another node's answer relayed as is (its codes are
+			// this package's constants too).
+			if x, ok := v.X.(*ast.Ident); ok && x.Name == "rep" && v.Sel.Name == "Error" {
+				return
+			}
 		}
-	case []any:
-		for _, c := range v {
-			checkRefs(t, root, c)
-		}
+		other = append(other, fset.Position(e.Pos()).String())
 	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch v := n.(type) {
+			case *ast.ValueSpec:
+				for i, name := range v.Names {
+					if !strings.HasPrefix(name.Name, "Code") || i >= len(v.Values) {
+						continue
+					}
+					if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						consts[name.Name], _ = strconv.Unquote(lit.Value)
+					}
+				}
+			case *ast.CallExpr:
+				if id, ok := v.Fun.(*ast.Ident); ok && id.Name == "errorf" && len(v.Args) == 3 {
+					codeExpr(v.Args[1])
+				}
+			case *ast.CompositeLit:
+				if id, ok := v.Type.(*ast.Ident); ok && id.Name == "apiError" {
+					for _, el := range v.Elts {
+						if kv, ok := el.(*ast.KeyValueExpr); ok {
+							if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Code" {
+								codeExpr(kv.Value)
+							}
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(other) > 0 {
+		t.Errorf("error codes given neither as a Code* constant nor as a string literal, so not checked against docs/openapi.yaml: %v", other)
+	}
+	codes := slices.Collect(func(yield func(string) bool) {
+		for _, v := range consts {
+			if !yield(v) {
+				return
+			}
+		}
+	})
+	codes = append(codes, literal...)
+	slices.Sort(codes)
+	codes = slices.Compact(codes)
+	if len(consts) < 10 {
+		t.Fatalf("found only %d Code* constants", len(consts))
+	}
+	return codes
 }
 
-func resolves(root any, ref string) bool {
-	rest, ok := strings.CutPrefix(ref, "#/")
-	if !ok {
-		return false
+// TestOpenAPIErrorCodes: components.schemas.Error.properties.error.enum in
+// docs/openapi.yaml is exactly the set of codes the gateway's HTTP answers
+// carry: none missing, none that the code no longer emits.
+func TestOpenAPIErrorCodes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	schema := doc.Components.Schemas["Error"]
+	if schema == nil || schema.Value == nil || schema.Value.Properties["error"] == nil {
+		t.Fatal("docs/openapi.yaml lacks components.schemas.Error.properties.error")
 	}
-	cur := root
-	for _, part := range strings.Split(rest, "/") {
-		m, ok := cur.(map[string]any)
+	var enum []string
+	for _, v := range schema.Value.Properties["error"].Value.Enum {
+		s, ok := v.(string)
 		if !ok {
-			return false
+			t.Fatalf("Error.error enum value %v is not a string", v)
 		}
-		if cur, ok = m[part]; !ok {
-			return false
+		enum = append(enum, s)
+	}
+	codes := emittedCodes(t)
+	for _, c := range codes {
+		if !slices.Contains(enum, c) {
+			t.Errorf("error code %q (package gateway) is missing from components.schemas.Error.properties.error.enum", c)
 		}
 	}
-	return true
+	for _, e := range enum {
+		if !slices.Contains(codes, e) {
+			t.Errorf("components.schemas.Error.properties.error.enum lists %q, which package gateway does not emit", e)
+		}
+	}
 }

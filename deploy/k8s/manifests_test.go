@@ -2,19 +2,26 @@
 // a cluster or the Kubernetes schemas (not reachable offline): each document
 // is decoded strictly into the subset of the Kubernetes types the deployment
 // relies on — an unknown or misspelt field fails — and the invariants between
-// them are checked: probes on /readyz and /healthz, a preStop drain that ends
-// before the grace period, a grace period above DRAIN_WINDOW, selectors that
-// match the pods, and settings that are the gateway's own.
+// them are checked: probes on /readyz and /healthz (startup and liveness),
+// a preStop drain that ends before the grace period, a grace period above
+// DRAIN_WINDOW, selectors that match the pods, settings that are the
+// gateway's own, the "restricted" Pod Security Standard, hostname
+// anti-affinity, client-address session affinity for LongPoll, GOMEMLIMIT
+// from the memory limit, and the Secret's placeholders being exactly the
+// values the gateway refuses.
 package k8s_test
 
 import (
 	"bytes"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -54,9 +61,13 @@ type container struct {
 		Name      string `yaml:"name"`
 		Value     string `yaml:"value"`
 		ValueFrom *struct {
-			FieldRef struct {
+			FieldRef *struct {
 				FieldPath string `yaml:"fieldPath"`
 			} `yaml:"fieldRef"`
+			ResourceFieldRef *struct {
+				Resource string `yaml:"resource"`
+				Divisor  string `yaml:"divisor"`
+			} `yaml:"resourceFieldRef"`
 		} `yaml:"valueFrom"`
 	} `yaml:"env"`
 	EnvFrom []struct {
@@ -67,6 +78,7 @@ type container struct {
 			Name string `yaml:"name"`
 		} `yaml:"secretRef"`
 	} `yaml:"envFrom"`
+	StartupProbe   probe `yaml:"startupProbe"`
 	ReadinessProbe probe `yaml:"readinessProbe"`
 	LivenessProbe  probe `yaml:"livenessProbe"`
 	Lifecycle      struct {
@@ -77,8 +89,9 @@ type container struct {
 		} `yaml:"preStop"`
 	} `yaml:"lifecycle"`
 	SecurityContext struct {
-		AllowPrivilegeEscalation bool `yaml:"allowPrivilegeEscalation"`
-		ReadOnlyRootFilesystem   bool `yaml:"readOnlyRootFilesystem"`
+		RunAsNonRoot             *bool `yaml:"runAsNonRoot"`
+		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+		ReadOnlyRootFilesystem   *bool `yaml:"readOnlyRootFilesystem"`
 		Capabilities             struct {
 			Drop []string `yaml:"drop"`
 		} `yaml:"capabilities"`
@@ -106,12 +119,27 @@ type deployment struct {
 		Template struct {
 			Metadata meta `yaml:"metadata"`
 			Spec     struct {
-				TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
+				TerminationGracePeriodSeconds int   `yaml:"terminationGracePeriodSeconds"`
+				AutomountServiceAccountToken  *bool `yaml:"automountServiceAccountToken"`
 				SecurityContext               struct {
-					RunAsNonRoot bool `yaml:"runAsNonRoot"`
-					RunAsUser    int  `yaml:"runAsUser"`
-					RunAsGroup   int  `yaml:"runAsGroup"`
+					RunAsNonRoot   *bool `yaml:"runAsNonRoot"`
+					RunAsUser      int   `yaml:"runAsUser"`
+					RunAsGroup     int   `yaml:"runAsGroup"`
+					SeccompProfile struct {
+						Type string `yaml:"type"`
+					} `yaml:"seccompProfile"`
 				} `yaml:"securityContext"`
+				Affinity struct {
+					PodAntiAffinity struct {
+						Preferred []struct {
+							Weight          int `yaml:"weight"`
+							PodAffinityTerm struct {
+								TopologyKey   string   `yaml:"topologyKey"`
+								LabelSelector selector `yaml:"labelSelector"`
+							} `yaml:"podAffinityTerm"`
+						} `yaml:"preferredDuringSchedulingIgnoredDuringExecution"`
+					} `yaml:"podAntiAffinity"`
+				} `yaml:"affinity"`
 				Containers []container `yaml:"containers"`
 			} `yaml:"spec"`
 		} `yaml:"template"`
@@ -142,8 +170,14 @@ type service struct {
 	Kind       string `yaml:"kind"`
 	Metadata   meta   `yaml:"metadata"`
 	Spec       struct {
-		Selector map[string]string `yaml:"selector"`
-		Ports    []struct {
+		Selector              map[string]string `yaml:"selector"`
+		SessionAffinity       string            `yaml:"sessionAffinity"`
+		SessionAffinityConfig struct {
+			ClientIP struct {
+				TimeoutSeconds int `yaml:"timeoutSeconds"`
+			} `yaml:"clientIP"`
+		} `yaml:"sessionAffinityConfig"`
+		Ports []struct {
 			Name       string `yaml:"name"`
 			Port       int    `yaml:"port"`
 			TargetPort string `yaml:"targetPort"`
@@ -189,6 +223,179 @@ func gatewayEnv() map[string]bool {
 	return env
 }
 
+// runtimeEnv are the container's environment variables that are not
+// gateway settings: Go's soft memory limit and the value it is made from.
+var runtimeEnv = map[string]bool{"GOMEMLIMIT": true, "MEMORY_LIMIT_MIB": true}
+
+// checkRestricted checks the fields the "restricted" Pod Security Standard
+// requires of the pod and its container: runAsNonRoot (pod or container)
+// with a non-root user, seccomp RuntimeDefault, allowPrivilegeEscalation
+// false and all capabilities dropped, each set explicitly; and a read-only
+// root filesystem (not required by the standard; the gateway writes no
+// file). What the standard forbids (host namespaces, hostPath volumes,
+// privileged containers, host ports, added capabilities) is refused by the
+// strict decoding, which does not know those fields, and by
+// checkNoHostAccess.
+func checkRestricted(t *testing.T, podNonRoot *bool, runAsUser int, seccomp string, c container) {
+	t.Helper()
+	csc := c.SecurityContext
+	isTrue := func(b *bool) bool { return b != nil && *b }
+	isFalse := func(b *bool) bool { return b != nil && !*b }
+	if !isTrue(podNonRoot) && !isTrue(csc.RunAsNonRoot) || runAsUser == 0 {
+		t.Errorf("runAsNonRoot %v/%v, runAsUser %d: want runAsNonRoot true and a non-zero user", podNonRoot, csc.RunAsNonRoot, runAsUser)
+	}
+	if seccomp != "RuntimeDefault" {
+		t.Errorf("pod securityContext.seccompProfile.type %q: want RuntimeDefault", seccomp)
+	}
+	if !isFalse(csc.AllowPrivilegeEscalation) {
+		t.Error("container securityContext.allowPrivilegeEscalation: want false, set explicitly")
+	}
+	if !slices.Equal(csc.Capabilities.Drop, []string{"ALL"}) {
+		t.Errorf("container capabilities.drop %v: want [ALL]", csc.Capabilities.Drop)
+	}
+	if !isTrue(csc.ReadOnlyRootFilesystem) {
+		t.Error("container securityContext.readOnlyRootFilesystem: want true")
+	}
+}
+
+// forbiddenFields are pod and container fields the Pod Security Standards
+// (baseline and restricted) refuse or restrict.
+var forbiddenFields = []string{"hostNetwork", "hostPID", "hostIPC", "hostUsers", "hostPath", "hostPort", "privileged", "procMount", "sysctls", "add", "appArmorProfile", "seLinuxOptions", "windowsOptions"}
+
+// checkNoHostAccess fails for any forbidden field anywhere in file, with a
+// message that names it (the strict decoding would refuse it too, as an
+// unknown field).
+func checkNoHostAccess(t *testing.T, file string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(path string, n any)
+	walk = func(path string, n any) {
+		switch v := n.(type) {
+		case map[string]any:
+			for k, c := range v {
+				if slices.Contains(forbiddenFields, k) {
+					t.Errorf("%s: %s.%s is refused by the restricted Pod Security Standard", file, path, k)
+				}
+				walk(path+"."+k, c)
+			}
+		case []any:
+			for i, c := range v {
+				walk(path+"["+strconv.Itoa(i)+"]", c)
+			}
+		}
+	}
+	walk("", doc)
+}
+
+// quantity parses a Kubernetes memory quantity with a binary suffix (Ki,
+// Mi, Gi, Ti) or none, in bytes.
+func quantity(t *testing.T, q string) int64 {
+	t.Helper()
+	mult := int64(1)
+	for i, suf := range []string{"Ki", "Mi", "Gi", "Ti"} {
+		if n, ok := strings.CutSuffix(q, suf); ok {
+			q, mult = n, int64(1)<<(10*(i+1))
+			break
+		}
+	}
+	n, err := strconv.ParseInt(q, 10, 64)
+	if err != nil || n <= 0 {
+		t.Fatalf("memory quantity %q: want a positive integer with Ki, Mi, Gi, Ti or no suffix", q)
+	}
+	return n * mult
+}
+
+var envRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+// checkMemoryLimit: GOMEMLIMIT is derived from limits.memory through the
+// downward API and comes out, once the kubelet has expanded it, as a plain
+// byte count (which Go accepts) between 90% and 97% of the limit: headroom
+// for memory the Go runtime does not manage.
+func checkMemoryLimit(t *testing.T, c container) {
+	t.Helper()
+	limit := quantity(t, c.Resources.Limits["memory"])
+	env := map[string]string{}
+	var gomemlimit, raw string
+	for _, e := range c.Env {
+		v := e.Value
+		if e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+			r := e.ValueFrom.ResourceFieldRef
+			if r.Resource != "limits.memory" {
+				continue
+			}
+			div := quantity(t, r.Divisor)
+			v = strconv.FormatInt((limit+div-1)/div, 10) // the kubelet rounds up
+		}
+		// $(NAME) expands to an earlier variable, as the kubelet does.
+		v = envRef.ReplaceAllStringFunc(v, func(ref string) string {
+			name := envRef.FindStringSubmatch(ref)[1]
+			if x, ok := env[name]; ok {
+				return x
+			}
+			return ref
+		})
+		env[e.Name] = v
+		if e.Name == "GOMEMLIMIT" {
+			gomemlimit, raw = v, e.Value
+		}
+	}
+	bytes, err := strconv.ParseInt(gomemlimit, 10, 64)
+	if err != nil {
+		t.Fatalf("GOMEMLIMIT expands to %q: want a byte count derived from limits.memory", gomemlimit)
+	}
+	if ratio := float64(bytes) / float64(limit); ratio < 0.90 || ratio > 0.97 {
+		t.Errorf("GOMEMLIMIT %d bytes is %.1f%% of limits.memory %d: want 90-97%%", bytes, 100*ratio, limit)
+	}
+	// A literal GOMEMLIMIT would not follow a changed limit.
+	if !envRef.MatchString(raw) {
+		t.Errorf("GOMEMLIMIT %q does not refer to the variable holding limits.memory", raw)
+	}
+}
+
+// checkPlaceholders: the Secret ships exactly the placeholder credentials
+// the gateway refuses (gateway.PlaceholderSecret and
+// gateway.PlaceholderDatabasePassword), and Validate refuses each of them,
+// naming the setting, so the manifests cannot be applied unedited.
+func checkPlaceholders(t *testing.T, data map[string]string) {
+	t.Helper()
+	for _, k := range []string{"JWT_SECRET", "API_KEYS", "ADMIN_TOKEN"} {
+		if data[k] != gateway.PlaceholderSecret {
+			t.Errorf("secret.yaml %s = %q: want the placeholder the gateway refuses, %q", k, data[k], gateway.PlaceholderSecret)
+		}
+	}
+	u, err := url.Parse(data["DATABASE_URL"])
+	if err != nil || u.User == nil {
+		t.Fatalf("secret.yaml DATABASE_URL %q: want a URL with user and password", data["DATABASE_URL"])
+	}
+	if pw, _ := u.User.Password(); pw != gateway.PlaceholderDatabasePassword {
+		t.Errorf("secret.yaml DATABASE_URL password %q: want the placeholder the gateway refuses, %q", pw, gateway.PlaceholderDatabasePassword)
+	}
+	for _, k := range []string{"JWT_SECRET", "API_KEYS", "ADMIN_TOKEN", "DATABASE_URL"} {
+		cfg := gateway.DefaultConfig()
+		cfg.JWTSecret, cfg.APIKeys, cfg.AdminToken = "a-real-secret", []string{"a-real-key"}, "a-real-token"
+		switch k {
+		case "JWT_SECRET":
+			cfg.JWTSecret = data[k]
+		case "API_KEYS":
+			cfg.APIKeys = strings.Split(data[k], ",")
+		case "ADMIN_TOKEN":
+			cfg.AdminToken = data[k]
+		case "DATABASE_URL":
+			cfg.DatabaseURL = data[k]
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("secret.yaml's %s: the gateway's Validate() = %v, want a refusal naming %s", k, err, k)
+		}
+	}
+}
+
 func subset(sel, labels map[string]string) bool {
 	if len(sel) == 0 {
 		return false
@@ -210,6 +417,9 @@ func TestManifests(t *testing.T) {
 		svc  service
 		kust kustomization
 	)
+	// Before the strict decoding, which would refuse these as unknown fields
+	// with a less telling message.
+	checkNoHostAccess(t, "deployment.yaml")
 	decodeStrict(t, "deployment.yaml", &dep)
 	decodeStrict(t, "configmap.yaml", &cm)
 	decodeStrict(t, "secret.yaml", &sec)
@@ -261,11 +471,51 @@ func TestManifests(t *testing.T) {
 		t.Errorf("service ports %+v: want targetPort http", svc.Spec.Ports)
 	}
 
-	// Non-root, as the image's distroless nonroot user (65532).
-	sc := pod.Spec.SecurityContext
-	if !sc.RunAsNonRoot || sc.RunAsUser != 65532 || c.SecurityContext.AllowPrivilegeEscalation || !c.SecurityContext.ReadOnlyRootFilesystem {
-		t.Errorf("security context %+v %+v", sc, c.SecurityContext)
+	// The startup probe holds the liveness probe off while the node connects
+	// its stores and migrates (the listener opens after): on /healthz, with
+	// at least a minute before the kubelet gives up.
+	sp := c.StartupProbe
+	if sp.HTTPGet.Path != "/healthz" || sp.HTTPGet.Port != "http" || sp.PeriodSeconds < 1 || sp.PeriodSeconds*sp.FailureThreshold < 60 {
+		t.Errorf("startupProbe %+v: want /healthz on http, periodSeconds x failureThreshold >= 60 s", sp)
 	}
+
+	checkRestricted(t, pod.Spec.SecurityContext.RunAsNonRoot, pod.Spec.SecurityContext.RunAsUser, pod.Spec.SecurityContext.SeccompProfile.Type, c)
+	if a := pod.Spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Error("automountServiceAccountToken: want false (the gateway does not call the Kubernetes API)")
+	}
+	// The runtime stage runs as distroless's nonroot user (65532).
+	if pod.Spec.SecurityContext.RunAsUser != 65532 || pod.Spec.SecurityContext.RunAsGroup != 65532 {
+		t.Errorf("runAsUser/runAsGroup %d/%d: want the image's nonroot 65532", pod.Spec.SecurityContext.RunAsUser, pod.Spec.SecurityContext.RunAsGroup)
+	}
+
+	// Anti-affinity: pods prefer distinct hosts.
+	anti := pod.Spec.Affinity.PodAntiAffinity.Preferred
+	spread := false
+	for _, p := range anti {
+		term := p.PodAffinityTerm
+		spread = spread || p.Weight > 0 && term.TopologyKey == "kubernetes.io/hostname" && subset(term.LabelSelector.MatchLabels, pod.Metadata.Labels)
+	}
+	if !spread {
+		t.Errorf("podAntiAffinity %+v: want a preferred term on kubernetes.io/hostname selecting the pod labels %v", anti, pod.Metadata.Labels)
+	}
+
+	// LongPoll: a poll on another node is answered 410, so the Service keeps
+	// a client on one pod; each poll (every LONGPOLL_WINDOW at most)
+	// refreshes the affinity.
+	longpoll := gateway.DefaultConfig().LongPollWindow
+	if v, ok := cm.Data["LONGPOLL_WINDOW"]; ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("LONGPOLL_WINDOW %q: %v", v, err)
+		}
+		longpoll = d
+	}
+	affinity := time.Duration(svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds) * time.Second
+	if svc.Spec.SessionAffinity != "ClientIP" || affinity <= longpoll || affinity > 24*time.Hour {
+		t.Errorf("service sessionAffinity %q, timeout %v: want ClientIP, above LONGPOLL_WINDOW (%v) and at most 24h", svc.Spec.SessionAffinity, affinity, longpoll)
+	}
+
+	checkMemoryLimit(t, c)
 	docker, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
 		t.Fatal(err)
@@ -334,13 +584,15 @@ func TestManifests(t *testing.T) {
 		t.Error("the preStop drain needs ADMIN_TOKEN in the pod's environment")
 	}
 	for _, e := range c.Env {
-		if !known[e.Name] {
+		if !known[e.Name] && !runtimeEnv[e.Name] {
 			t.Errorf("env %s is not a gateway setting", e.Name)
 		}
-		if e.Name == "NODE_NAME" && (e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name") {
+		if e.Name == "NODE_NAME" && (e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name") {
 			t.Error("NODE_NAME is not the pod name")
 		}
 	}
+
+	checkPlaceholders(t, sec.StringData)
 	if !strings.HasPrefix(c.Image, "relay:") {
 		t.Errorf("image %q", c.Image)
 	}
