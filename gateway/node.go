@@ -219,7 +219,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	})
 	n.endpoint.HandleNew("session:*", func() channels.Handler { return &sessionChannel{n: n} })
 	n.longpoll = channels.NewLongPoll(n.endpoint, channels.LongPollConfig{
-		Node: n.name, Window: cfg.LongPollWindow, MaxBodyBytes: cfg.LongPollMaxBody, SessionMaxAge: cfg.LongPollMaxAge,
+		Node: n.name, Window: cfg.EffectiveLongPollWindow(), MaxBodyBytes: cfg.LongPollMaxBody, SessionMaxAge: cfg.LongPollMaxAge,
 	})
 	n.metrics.registerNode(n)
 	probes := &readyProbes{nc: n.nc, bus: n.busConn, redis: n.redis, scope: n.scope, watch: n.leaseWatch, owner: n.Owner(),
