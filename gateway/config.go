@@ -33,7 +33,7 @@ type Config struct {
 
 	LeaseTTL         time.Duration `name:"lease-ttl" env:"LEASE_TTL" default:"15s" help:"Session lease time to live."`
 	LeaseRenew       time.Duration `name:"lease-renew" env:"LEASE_RENEW" default:"5s" help:"Lease heartbeat interval."`
-	ForwardTimeout   time.Duration `name:"forward-timeout" env:"FORWARD_TIMEOUT" default:"5s" help:"How long a node waits for the owner to answer a forwarded event (then 504 forward_timeout)."`
+	ForwardTimeout   time.Duration `name:"forward-timeout" env:"FORWARD_TIMEOUT" default:"5s" help:"Bounds a forwarded event at both ends: how long a node waits for the owner's answer (then 504 forward_timeout), and how long the owner may take to accept it, from when it arrives."`
 	SessionIdle      time.Duration `name:"session-idle" env:"SESSION_IDLE" default:"60s" help:"Hibernate a session after this long without events."`
 	EchoDelay        time.Duration `name:"echo-delay" env:"ECHO_DELAY" default:"150ms" help:"Delay between words streamed by the built-in echo agent."`
 	HeartbeatTimeout time.Duration `name:"heartbeat-timeout" env:"HEARTBEAT_TIMEOUT" default:"60s" help:"Close a socket that sends nothing for this long."`
