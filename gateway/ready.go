@@ -340,7 +340,6 @@ func (n *Node) admitSocket(*http.Request) *channels.Refusal {
 	if ok {
 		return nil
 	}
-	n.metrics.refused.WithLabelValues(CodeNotReady).Inc()
 	d := session.NewRetryDirective(readyOKRounds*n.cfg.ReadyInterval, n.cfg.LeaseTTL)
 	retry := &RetryDirective{AfterMS: d.After.Milliseconds(), BudgetMS: d.Budget.Milliseconds()}
 	h := http.Header{}
