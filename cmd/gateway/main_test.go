@@ -31,17 +31,18 @@ func TestRefusesConfigsThatBreakGuarantees(t *testing.T) {
 		name string
 		env  []string
 		want string
+		code int // exit code: 80 for a refused setting, 1 for a failed start
 	}{
 		{"nats without postgres", []string{"NATS_URL=nats://127.0.0.1:4222", "DATABASE_URL=", "REDIS_URL=redis://127.0.0.1:6379/0"},
-			"gateway: NATS_URL (cluster mode) needs DATABASE_URL (without it each node decides ownership on its own in-memory leases, so two nodes can own one session)"},
+			"gateway: NATS_URL (cluster mode) needs DATABASE_URL (without it each node decides ownership on its own in-memory leases, so two nodes can own one session)", 80},
 		{"socket queue below replay limit", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "SOCKET_QUEUE=256", "REPLAY_MAX_LEN=1000"},
-			"gateway: SOCKET_QUEUE (256) is below REPLAY_MAX_LEN (1000)"},
+			"gateway: SOCKET_QUEUE (256) is below REPLAY_MAX_LEN (1000)", 80},
 		{"longpoll window not below the heartbeat timeout", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "HEARTBEAT_TIMEOUT=10s", "LONGPOLL_WINDOW=10s"},
-			"gateway: LONGPOLL_WINDOW (10s) must be below HEARTBEAT_TIMEOUT (10s)"},
+			"gateway: LONGPOLL_WINDOW (10s) must be below HEARTBEAT_TIMEOUT (10s)", 80},
 		{"database unreachable (refused at start, not by the settings)", []string{"NATS_URL=", "REDIS_URL=", "DATABASE_URL=postgres://127.0.0.1:1/relay"},
-			"gateway: migrations: apply"},
+			"gateway: migrations: apply", 1},
 		{"openai agent without its server", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "AGENT=openai", "OPENAI_BASE_URL=", "OPENAI_MODEL="},
-			"gateway: AGENT=openai needs OPENAI_BASE_URL (the API root, /v1 included, e.g. http://127.0.0.1:8000/v1) and OPENAI_MODEL"},
+			"gateway: AGENT=openai needs OPENAI_BASE_URL (the API root, /v1 included, e.g. http://127.0.0.1:8000/v1) and OPENAI_MODEL", 80},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,8 +61,8 @@ func TestRefusesConfigsThatBreakGuarantees(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the node did not exit: %v\n%v", err, p.Logs().Lines())
 			}
-			if st.ExitCode() == 0 {
-				t.Fatalf("exit code 0, want non-zero\n%v", p.Logs().Lines())
+			if st.ExitCode() != tc.code {
+				t.Fatalf("exit code %d, want %d\n%v", st.ExitCode(), tc.code, p.Logs().Lines())
 			}
 			// The process has exited, so its output is all in.
 			if p.Logs().Count(0, proctest.Contains(tc.want)) == 0 {
