@@ -119,7 +119,14 @@ test("not ready: new sockets are refused 503 not_ready, the phoenix client retri
   await proxy.cut();
   await untilReadyz(gw, 503);
 
-  const upgrade = await rawUpgrade(gw, "/socket/websocket?vsn=2.0.0&token=" + gw.token());
+  // The node refuses sockets from the round its checks' hysteresis turns it, which
+  // /readyz may show a round earlier. The deadline is a hang guard only.
+  let upgrade;
+  for (const deadline = Date.now() + 20_000; ; ) {
+    upgrade = await rawUpgrade(gw, "/socket/websocket?vsn=2.0.0&token=" + gw.token());
+    if (upgrade.status !== 101 || Date.now() > deadline) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
   assertNotReadyRefusal("WebSocket upgrade", upgrade);
   const poll = await gw.request("/socket/longpoll?vsn=2.0.0&token=" + gw.token());
   assertNotReadyRefusal("new LongPoll session", poll);

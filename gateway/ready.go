@@ -41,8 +41,8 @@ import (
 // readyFastInterval while unready), each check bounded by the interval (at
 // least readyMinTimeout).
 //
-// Sockets: a node whose dependency checks fail (every check but muster,
-// with the same hysteresis: Node.serving) refuses new sockets, WebSocket
+// Sockets: a node that is not ready and whose dependency checks fail (every
+// check but muster, with the same hysteresis: Node.serving) refuses new sockets, WebSocket
 // upgrades and new LongPoll sessions, with 503 not_ready and a retry
 // directive (Node.admitSocket); sockets already open stay. The muster
 // check is left out there: a scope converging or rebalancing still
@@ -331,11 +331,16 @@ func (n *Node) readyLoop(ctx context.Context, p *readyProbes, every time.Duratio
 	}
 }
 
-// admitSocket is the endpoint's Admit: while the node's dependency checks
-// fail (n.serving) a new socket is refused with 503 not_ready, the failing
+// admitSocket is the endpoint's Admit: while the node is not ready and its
+// dependency checks fail (n.serving; the two differ in the muster check and
+// in their first rounds, so /readyz 200 always means sockets are taken) a
+// new socket is refused with 503 not_ready, the failing
 // checks, Retry-After and a retry directive: after about three probe
 // rounds (plus jitter), within a budget of one more lease TTL.
 func (n *Node) admitSocket(*http.Request) *channels.Refusal {
+	if ok, _ := n.readiness.state(); ok {
+		return nil // a node that /readyz calls ready takes sockets
+	}
 	ok, reasons := n.serving.state()
 	if ok {
 		return nil

@@ -252,6 +252,25 @@ func upgrade(t *testing.T, base, token string) (int, http.Header, map[string]any
 	return resp.StatusCode, resp.Header, body
 }
 
+// waitRefused sends upgrades to the node at base until one is refused and
+// returns that answer: the node refuses new sockets from the round its
+// checks' hysteresis turns it, which /readyz may show a round earlier. The
+// deadline is a hang guard only.
+func waitRefused(t *testing.T, base, token string) (int, http.Header, map[string]any) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		status, h, body := upgrade(t, base, token)
+		if status != http.StatusSwitchingProtocols {
+			return status, h, body
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node kept accepting new sockets")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // checkNotReadyRefusal checks a refusal of a new socket by a node that is
 // not ready: not_ready, the failing checks, and a retry directive whose
 // delay Retry-After carries in whole seconds.
@@ -314,7 +333,7 @@ func TestLeaseWriteFailureRefusesNewSockets(t *testing.T) {
 		t.Fatalf("reason %q does not name the failed write and its error", msg)
 	}
 
-	status, h, body := upgrade(t, srv.URL, tok)
+	status, h, body := waitRefused(t, srv.URL, tok)
 	checkNotReadyRefusal(t, "WebSocket upgrade", status, h, body, "lease_store:")
 	resp, err := http.Get(srv.URL + "/socket/longpoll?vsn=2.0.0&token=" + tok)
 	if err != nil {

@@ -76,7 +76,7 @@ func TestRedisOutage(t *testing.T) {
 	}
 	// Once the replay store check has failed, new sockets are refused.
 	waitReadyz(t, srvB.URL, http.StatusServiceUnavailable, "replay_store:")
-	status, h, body := upgrade(t, srvB.URL, tok)
+	status, h, body := waitRefused(t, srvB.URL, tok)
 	checkNotReadyRefusal(t, "WebSocket upgrade during the Redis outage", status, h, body, "replay_store:")
 
 	// Redis back: new events are logged and replayed again, and the nodes
