@@ -3,7 +3,9 @@ package channels
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -33,6 +35,11 @@ type EndpointConfig struct {
 	Hub *Hub
 	// Connect authorizes connections; nil accepts all with nil assigns.
 	Connect ConnectFunc
+	// Admit, when set, is asked before every new socket (a WebSocket
+	// upgrade, a new LongPoll session), after the draining check and before
+	// the Origin check and Connect. A non-nil Refusal refuses the socket
+	// with it (see Refusal); sockets already open are not affected.
+	Admit func(r *http.Request) *Refusal
 	// AllowedOrigins are Origin patterns accepted besides same-host and
 	// missing Origin (see originAllowed): "example.com", "*.example.com",
 	// "example.com:8080", "https://*.example.com".
@@ -99,6 +106,46 @@ type EndpointConfig struct {
 	Logger *zap.Logger
 	// Tracer receives trace points (nil: none).
 	Tracer *trace.Tracer
+}
+
+// Refusal is the answer to a new socket that EndpointConfig.Admit refuses:
+// HTTP Status with Header and Body (JSON). A LongPoll refusal adds
+// "status":500 to Body, so the official client reconnects with its
+// backoff instead of failing on an unknown poll status.
+type Refusal struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+}
+
+// write answers r; longPoll adds the LongPoll transport's "status" field.
+func (r *Refusal) write(w http.ResponseWriter, longPoll bool) {
+	body := r.Body
+	if longPoll {
+		body = make(map[string]any, len(r.Body)+1)
+		maps.Copy(body, r.Body)
+		body["status"] = http.StatusInternalServerError
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		b = []byte(`{}`)
+	}
+	for k, v := range r.Header {
+		w.Header()[k] = v
+	}
+	writeLongPoll(w, r.Status, b)
+}
+
+// admit asks cfg.Admit about r (nil: admitted).
+func (e *Endpoint) admit(r *http.Request) *Refusal {
+	if e.cfg.Admit == nil {
+		return nil
+	}
+	ref := e.cfg.Admit(r)
+	if ref != nil {
+		e.cfg.Tracer.Emit("endpoint.refused", "status", ref.Status)
+	}
+	return ref
 }
 
 // DefaultEndpointConfig returns the defaults.
@@ -214,7 +261,8 @@ func (e *Endpoint) Hub() *Hub { return e.hub }
 func (e *Endpoint) Stats() Stats { return e.stats.snapshot() }
 
 // ServeHTTP accepts a socket (docs/PHOENIX.md §1.2, in Phoenix's order):
-// non-GET → 400; draining → 503; Origin not allowed → 403; vsn not 1.x/2.x →
+// non-GET → 400; draining → 503; refused by Admit → its Refusal; Origin
+// not allowed → 403; vsn not 1.x/2.x →
 // 403; Connect error → 403; then the WebSocket upgrade, answering
 // Sec-WebSocket-Protocol: phoenix when the client offered it. It returns
 // as soon as the socket is attached; the socket is read by a goroutine only
@@ -226,6 +274,10 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if e.isDraining() {
 		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	if ref := e.admit(r); ref != nil {
+		ref.write(w, false)
 		return
 	}
 	if !originAllowed(r, e.cfg.AllowedOrigins) {

@@ -140,7 +140,8 @@ func (lp *LongPoll) Stats() LongPollStats {
 //   - GET without a session token creates a session: {"status":410,
 //     "token","messages":[]}; vsn not 1.x/2.x or a Connect refusal is
 //     {"status":403}; a draining endpoint answers HTTP 503 with
-//     {"status":500,"error":"draining"} (the client retries).
+//     {"status":500,"error":"draining"} (the client retries), and one
+//     whose Admit refuses answers the Refusal with "status":500 added.
 //   - GET with a session token polls: {"status":200,"token","messages":[…]}
 //     with the frames queued since the last poll, as JSON strings, or
 //     {"status":204,"token"} when none came within Window.
@@ -307,6 +308,10 @@ func (lp *LongPoll) create(w http.ResponseWriter, r *http.Request, query map[str
 	ep := lp.ep
 	if ep.isDraining() {
 		writeLongPoll(w, http.StatusServiceUnavailable, []byte(`{"status":500,"error":"draining","message":"the node is draining"}`))
+		return
+	}
+	if ref := ep.admit(r); ref != nil {
+		ref.write(w, true)
 		return
 	}
 	vsn := ""

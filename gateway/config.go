@@ -33,7 +33,7 @@ type Config struct {
 
 	LeaseTTL         time.Duration `name:"lease-ttl" env:"LEASE_TTL" default:"15s" help:"Session lease time to live."`
 	LeaseRenew       time.Duration `name:"lease-renew" env:"LEASE_RENEW" default:"5s" help:"Lease heartbeat interval."`
-	ForwardTimeout   time.Duration `name:"forward-timeout" env:"FORWARD_TIMEOUT" default:"5s" help:"How long a node waits for the owner to answer a forwarded event (then 504 forward_timeout)."`
+	ForwardTimeout   time.Duration `name:"forward-timeout" env:"FORWARD_TIMEOUT" default:"5s" help:"Bounds a forwarded event at both ends: how long a node waits for the owner's answer (then 504 forward_timeout), and how long the owner may take to accept it, from when it arrives."`
 	SessionIdle      time.Duration `name:"session-idle" env:"SESSION_IDLE" default:"60s" help:"Hibernate a session after this long without events."`
 	EchoDelay        time.Duration `name:"echo-delay" env:"ECHO_DELAY" default:"150ms" help:"Delay between words streamed by the built-in echo agent."`
 	HeartbeatTimeout time.Duration `name:"heartbeat-timeout" env:"HEARTBEAT_TIMEOUT" default:"60s" help:"Close a socket that sends nothing for this long."`
@@ -44,7 +44,7 @@ type Config struct {
 	SocketQueue      int           `name:"socket-queue" env:"SOCKET_QUEUE" default:"1024" help:"Outbound frames queued per socket before it is cut as a slow consumer."`
 	SocketMaxLag     time.Duration `name:"socket-max-lag" env:"SOCKET_MAX_LAG" default:"10s" help:"A socket whose oldest queued outbound frame has waited this long is cut as a slow consumer (1013), even if it still reads."`
 	SocketUnsent     int           `name:"socket-unsent" env:"SOCKET_UNSENT" default:"16384" help:"Most bytes the kernel holds unsent per socket (TCP_NOTSENT_LOWAT); beyond it frames wait in the socket's queue, where heartbeat replies pass them (0: system default)."`
-	LongPollWindow   time.Duration `name:"longpoll-window" env:"LONGPOLL_WINDOW" default:"10s" help:"LongPoll (/socket/longpoll): how long a poll is held waiting for frames (then 204), and how long a session may go without a poll before it is closed. Below HEARTBEAT_TIMEOUT and the client's longpollerTimeout (20s)."`
+	LongPollWindow   time.Duration `name:"longpoll-window" env:"LONGPOLL_WINDOW" help:"LongPoll (/socket/longpoll): how long a poll is held waiting for frames (then 204), and how long a session may go without a poll before it is closed. Must be below HEARTBEAT_TIMEOUT and the client's longpollerTimeout (20s). Default (unset or 0): 10s, or half of HEARTBEAT_TIMEOUT when that is shorter."`
 	LongPollMaxBody  int64         `name:"longpoll-max-body-bytes" env:"LONGPOLL_MAX_BODY_BYTES" default:"1048576" help:"LongPoll: largest POST body (a batch of up to 100 frames, each within MAX_FRAME_BYTES); larger is refused with 413."`
 	LongPollMaxAge   time.Duration `name:"longpoll-max-age" env:"LONGPOLL_MAX_AGE" default:"24h" help:"LongPoll: a session token older than this is answered 410 and its session closed (the client starts a new one)."`
 	SocketDrainBatch int           `name:"socket-drain-batch" env:"SOCKET_DRAIN_BATCH" default:"500" help:"Most sockets a drain closes at once; batches are spread over half the time left for closing sockets."`
@@ -102,7 +102,7 @@ func DefaultConfig() Config {
 		EchoDelay: 150 * time.Millisecond, HeartbeatTimeout: 60 * time.Second, OpenAIIdleTimeout: 120 * time.Second,
 		MaxFrameBytes: 64 << 10, MaxBodyBytes: 64 << 10, SocketQueue: 1024,
 		SocketMaxLag: 10 * time.Second, SocketUnsent: 16 << 10, SocketDrainBatch: 500,
-		LongPollWindow: 10 * time.Second, LongPollMaxBody: 1 << 20, LongPollMaxAge: 24 * time.Hour,
+		LongPollMaxBody: 1 << 20, LongPollMaxAge: 24 * time.Hour,
 		ReplayMaxLen: 1000, ReplayTTL: 24 * time.Hour, ReorderWindow: 100 * time.Millisecond, DrainWindow: 30 * time.Second,
 		ReadyInterval:   time.Second,
 		MusterHeartbeat: 10 * time.Second, MusterPing: time.Second, MusterPeerDown: 5 * time.Second,
@@ -113,6 +113,21 @@ func DefaultConfig() Config {
 		AgentMaxEventBytes: 64 << 10, AgentMaxReplyBytes: 1 << 20,
 		DoubleTexting: session.MultitaskEnqueue,
 	}
+}
+
+// defaultLongPollWindow is LONGPOLL_WINDOW when it is not set and
+// HEARTBEAT_TIMEOUT is at least twice as long.
+const defaultLongPollWindow = 10 * time.Second
+
+// EffectiveLongPollWindow is LONGPOLL_WINDOW as the node uses it: the setting, or
+// when it is not set (0) min(10s, HEARTBEAT_TIMEOUT/2), so that a held
+// poll always ends (and the client polls again) before the socket's idle
+// timeout.
+func (c Config) EffectiveLongPollWindow() time.Duration {
+	if c.LongPollWindow != 0 {
+		return c.LongPollWindow
+	}
+	return min(defaultLongPollWindow, c.HeartbeatTimeout/2)
 }
 
 // renewMargin is the safety margin the lease renewer keeps before the local
@@ -163,8 +178,14 @@ func (c Config) Validate() error {
 		return errors.New("gateway: MAX_FRAME_BYTES must be at least 1024 and MAX_BODY_BYTES at least 256")
 	case c.SocketMaxLag <= 0 || c.SocketUnsent < 0 || c.SocketDrainBatch < 1:
 		return errors.New("gateway: SOCKET_MAX_LAG must be positive, SOCKET_UNSENT at least 0 and SOCKET_DRAIN_BATCH at least 1")
-	case c.LongPollWindow <= 0 || c.LongPollWindow >= c.HeartbeatTimeout || c.LongPollMaxBody < 256 || c.LongPollMaxAge <= 0:
-		return fmt.Errorf("gateway: LONGPOLL_WINDOW must be positive and below HEARTBEAT_TIMEOUT (%v), LONGPOLL_MAX_BODY_BYTES at least 256 and LONGPOLL_MAX_AGE positive", c.HeartbeatTimeout)
+	case c.LongPollWindow < 0:
+		return fmt.Errorf("gateway: LONGPOLL_WINDOW (%v) must be positive (or unset: min(%v, HEARTBEAT_TIMEOUT/2))", c.LongPollWindow, defaultLongPollWindow)
+	case c.LongPollWindow >= c.HeartbeatTimeout:
+		return fmt.Errorf("gateway: LONGPOLL_WINDOW (%v) must be below HEARTBEAT_TIMEOUT (%v): a held poll must end, and the client poll again, before the socket's idle timeout; lower LONGPOLL_WINDOW, or unset it to default to min(%v, HEARTBEAT_TIMEOUT/2)", c.LongPollWindow, c.HeartbeatTimeout, defaultLongPollWindow)
+	case c.EffectiveLongPollWindow() <= 0:
+		return fmt.Errorf("gateway: HEARTBEAT_TIMEOUT (%v) is too short to derive LONGPOLL_WINDOW from (half of it); raise it or set LONGPOLL_WINDOW", c.HeartbeatTimeout)
+	case c.LongPollMaxBody < 256 || c.LongPollMaxAge <= 0:
+		return errors.New("gateway: LONGPOLL_MAX_BODY_BYTES must be at least 256 and LONGPOLL_MAX_AGE positive")
 	case c.SocketQueue < 1 || c.ReplayMaxLen < 1:
 		return errors.New("gateway: SOCKET_QUEUE and REPLAY_MAX_LEN must be at least 1")
 	case int64(c.SocketQueue) < c.ReplayMaxLen:

@@ -32,7 +32,7 @@ const (
 	CodeSessionBusy      = "session_busy"           // 429: the session's mailbox is full
 	CodeSessionMoving    = "session_moving"         // 503 + retry directive: ownership is elsewhere or undecidable
 	CodeDraining         = "draining"               // 503 + retry directive: this node is draining
-	CodeNotReady         = "not_ready"              // 503 on /readyz: a dependency check fails (reasons listed)
+	CodeNotReady         = "not_ready"              // 503 on /readyz: a dependency check fails (reasons listed); also a refused new socket (+ retry directive)
 	CodeFenced           = "fenced"                 // 409: this node lost the session mid-request
 	CodeSessionBusyTurn  = "session_busy_turn"      // 409: a turn is running and the event's multitask is reject; "turn" names it
 	CodeInvalidTurn      = "invalid_turn"           // 400: the turn id is not "<epoch>-<seq>"

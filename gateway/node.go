@@ -62,9 +62,11 @@ type Node struct {
 	// bodyTimeout bounds reading one event body (bodyReadTimeout).
 	bodyTimeout time.Duration
 
-	pg        *pgxpool.Pool         // lease and session stores (nil: in memory)
-	redis     redis.UniversalClient // replay log (nil: in memory)
-	readiness readiness
+	pg         *pgxpool.Pool         // lease and session stores (nil: in memory)
+	redis      redis.UniversalClient // replay log (nil: in memory)
+	readiness  readiness
+	serving    readiness   // readiness without the muster check: gates new sockets (admitSocket)
+	leaseWatch *leaseWatch // the lease store the session manager writes through
 
 	draining  atomic.Bool
 	drainMu   sync.Mutex     // orders a drain's end and an undrain
@@ -158,7 +160,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	scfg := session.Config{
 		Owner:           n.Owner(),
 		Agent:           agent,
-		Leases:          n.leases,
+		Leases:          n.leaseWatch,
 		Store:           n.store,
 		IdempotencyTTL:  cfg.IdempotencyTTL,
 		HistoryWindow:   cfg.HistoryWindow,
@@ -202,6 +204,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	n.endpoint = channels.NewEndpoint(channels.EndpointConfig{
 		Hub:              n.hub,
 		Connect:          n.connect,
+		Admit:            n.admitSocket,
 		AllowedOrigins:   cfg.AllowedOrigins,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxFrameBytes:    cfg.MaxFrameBytes,
@@ -216,16 +219,22 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 	})
 	n.endpoint.HandleNew("session:*", func() channels.Handler { return &sessionChannel{n: n} })
 	n.longpoll = channels.NewLongPoll(n.endpoint, channels.LongPollConfig{
-		Node: n.name, Window: cfg.LongPollWindow, MaxBodyBytes: cfg.LongPollMaxBody, SessionMaxAge: cfg.LongPollMaxAge,
+		Node: n.name, Window: cfg.EffectiveLongPollWindow(), MaxBodyBytes: cfg.LongPollMaxBody, SessionMaxAge: cfg.LongPollMaxAge,
 	})
 	n.metrics.registerNode(n)
-	probes := &readyProbes{nc: n.nc, bus: n.busConn, pg: n.pg, redis: n.redis, scope: n.scope, leases: "agent_leases",
+	probes := &readyProbes{nc: n.nc, bus: n.busConn, redis: n.redis, scope: n.scope, watch: n.leaseWatch, owner: n.Owner(),
 		key: cfg.Cluster + ":ready:" + n.Owner()}
+	if lt, ok := n.leaseWatch.LeaseStore.(leaseTrier); ok {
+		probes.lease = lt
+	}
 	pctx, pcancel := context.WithCancel(context.Background())
+	// The first round runs before New returns: a node whose dependencies
+	// answer accepts sockets at once.
+	ready := n.readyRound(pctx, probes, cfg.ReadyInterval)
 	n.bg.Add(1)
 	go func() {
 		defer n.bg.Done()
-		n.readyLoop(pctx, probes, cfg.ReadyInterval)
+		n.readyLoop(pctx, probes, cfg.ReadyInterval, ready)
 	}()
 	n.closers = append(n.closers, pcancel)
 	if err := n.startOpsStatus(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/relaygw/relay/muster"
 	"go.uber.org/zap"
 )
 
@@ -86,9 +87,9 @@ type MusterStatus struct {
 	Members     []string `json:"members"`
 }
 
-// formatViewHash is the one text form of a Muster view hash in the admin
-// API: 16 lower-case hex digits, zero-padded.
-func formatViewHash(h uint64) string { return fmt.Sprintf("%016x", h) }
+// formatViewHash is the one text form of a Muster view hash, in the admin
+// API as in the node's logs: 16 lower-case hex digits, zero-padded.
+func formatViewHash(h uint64) string { return muster.FormatViewHash(h) }
 
 // Status reports the node's NodeStatus now.
 func (n *Node) Status() NodeStatus {

@@ -42,7 +42,14 @@ func TestPostgresOutageRefusesWithRetryDirective(t *testing.T) {
 	}
 
 	proxy.Restore()
+	// The database pool may still hold idle connections the cut broke; a
+	// claim that takes one finds it dead and is refused with the retry
+	// directive (nothing accepted), and the client re-sends (README "Retry
+	// directive"), here at once. The pool holds a bounded number of them.
 	status, _, resp = do(t, "POST", srv.URL+"/api/sessions/s1/events", testAPIKey, "", body)
+	for resent := 0; status == 503 && resp["error"] == CodeSessionMoving && resent < 10; resent++ {
+		status, _, resp = do(t, "POST", srv.URL+"/api/sessions/s1/events", testAPIKey, "", body)
+	}
 	if status != 202 || resp["epoch"] != float64(1) || resp["duplicate"] != false {
 		t.Fatalf("POST after restore: %d %v", status, resp)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 )
 
@@ -220,4 +222,141 @@ func freePort(t *testing.T) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// upgrade sends a WebSocket upgrade request to the node at base with
+// token and returns the HTTP status, headers and the JSON body of a
+// refusal.
+func upgrade(t *testing.T, base, token string) (int, http.Header, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+"/socket/websocket?vsn=2.0.0&token="+token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		b, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(b, &body); err != nil {
+			t.Fatalf("upgrade answered %d with a body that is not JSON: %q", resp.StatusCode, b)
+		}
+	}
+	return resp.StatusCode, resp.Header, body
+}
+
+// waitRefused sends upgrades to the node at base until one is refused and
+// returns that answer: the node refuses new sockets from the round its
+// checks' hysteresis turns it, which /readyz may show a round earlier. The
+// deadline is a hang guard only.
+func waitRefused(t *testing.T, base, token string) (int, http.Header, map[string]any) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		status, h, body := upgrade(t, base, token)
+		if status != http.StatusSwitchingProtocols {
+			return status, h, body
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the node kept accepting new sockets")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// checkNotReadyRefusal checks a refusal of a new socket by a node that is
+// not ready: not_ready, the failing checks, and a retry directive whose
+// delay Retry-After carries in whole seconds.
+func checkNotReadyRefusal(t *testing.T, what string, status int, h http.Header, body map[string]any, reason string) {
+	t.Helper()
+	retry, _ := body["retry"].(map[string]any)
+	after, _ := retry["after_ms"].(float64)
+	budget, _ := retry["budget_ms"].(float64)
+	reasons, _ := body["reasons"].([]any)
+	if status != http.StatusServiceUnavailable || body["error"] != CodeNotReady || len(reasons) == 0 ||
+		!strings.Contains(fmt.Sprint(body["message"]), reason) || after <= 0 || budget < after {
+		t.Fatalf("%s on a node that is not ready: %d %v; want 503 not_ready naming %q with a retry directive", what, status, body, reason)
+	}
+	if ra := h.Get("Retry-After"); ra != fmt.Sprint(int64(math.Ceil(after/1000))) {
+		t.Fatalf("%s: Retry-After %q for after_ms %v", what, ra, after)
+	}
+}
+
+// A lease write that fails for another reason than a permission, a
+// read-only or dead database (a trigger of the test's own schema raises
+// for one session's lease row): the event is refused, the node turns not
+// ready naming lease_store and the failed write, and while it is not
+// ready it refuses new sockets (WebSocket upgrade and new LongPoll session)
+// with 503 not_ready and a retry directive. A socket opened before keeps
+// working. Once the trigger is dropped the probe's trial of the failed
+// write succeeds and the node is ready and accepts sockets again.
+func TestLeaseWriteFailureRefusesNewSockets(t *testing.T) {
+	dbURL := testenv.PostgresURL(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbURL) // search_path: the test's own schema
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	n, srv := storeNode(t, "a", dbURL, testenv.NATSPrefix(t), nil, nil, fastReady)
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+	tok, err := n.Auth().Mint("u", []string{"*"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := phxtest.DialT(t, phxtest.URL(srv.URL, tok)) // open before the failure
+
+	exec(`CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'lease row % refused by the test trigger', NEW.agent_key; END $$`)
+	exec(`CREATE TRIGGER refuse_poison BEFORE INSERT OR UPDATE ON agent_leases
+		FOR EACH ROW WHEN (NEW.agent_key LIKE 'poison-%') EXECUTE FUNCTION refuse_poison()`)
+	status, _, body := do(t, "POST", srv.URL+"/api/sessions/poison-1/events", testAPIKey, "", `{"data":{"text":"hi"}}`)
+	if status != http.StatusServiceUnavailable || body["error"] != CodeSessionMoving {
+		t.Fatalf("POST whose lease write fails: %d %v, want 503 session_moving", status, body)
+	}
+	msg := waitReadyz(t, srv.URL, http.StatusServiceUnavailable, "lease_store:")
+	t.Logf("with a lease write failing: %s", msg)
+	if !strings.Contains(msg, "poison-1") || !strings.Contains(msg, "refused by the test trigger") {
+		t.Fatalf("reason %q does not name the failed write and its error", msg)
+	}
+
+	status, h, body := waitRefused(t, srv.URL, tok)
+	checkNotReadyRefusal(t, "WebSocket upgrade", status, h, body, "lease_store:")
+	resp, err := http.Get(srv.URL + "/socket/longpoll?vsn=2.0.0&token=" + tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body = nil
+	_ = json.Unmarshal(b, &body)
+	checkNotReadyRefusal(t, "new LongPoll session", resp.StatusCode, resp.Header, body, "lease_store:")
+	if body["status"] != float64(500) {
+		t.Fatalf("LongPoll refusal %s lacks the transport's \"status\":500 (the client's retry)", b)
+	}
+	// The socket opened before still answers.
+	f, _ := old.Until(old.Send("", "phoenix", "heartbeat", map[string]any{}))
+	if r, err := f.Reply(); err != nil || r.Status != "ok" {
+		t.Fatalf("the socket opened before: heartbeat reply %+v %v", r, err)
+	}
+
+	exec(`DROP TRIGGER refuse_poison ON agent_leases`)
+	waitReadyz(t, srv.URL, http.StatusOK, "")
+	if status, _, body := upgrade(t, srv.URL, tok); status != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade on the ready node: %d %v", status, body)
+	}
+	post(t, srv, "poison-1", "hi again")
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -39,6 +40,14 @@ func TestRedisOutage(t *testing.T) {
 	assertContiguous(t, before)
 	beforeLast := posOf(before[len(before)-1])
 
+	// Sockets for the joins during the outage are opened before it: a node
+	// whose replay store check fails refuses new sockets (below).
+	type pair struct{ cursor, plain *phxtest.T }
+	var open []pair
+	for _, srv := range c.srvs {
+		open = append(open, pair{phxtest.DialT(t, phxtest.URL(srv.URL, tok)), phxtest.DialT(t, phxtest.URL(srv.URL, tok))})
+	}
+
 	// Redis down: the turn still streams live, across nodes.
 	proxy.Cut()
 	post(t, srvA, "o1", "during the outage")
@@ -50,12 +59,11 @@ func TestRedisOutage(t *testing.T) {
 	duringLast := posOf(during[len(during)-1])
 
 	for i, srv := range c.srvs {
-		ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
-		r := ws.Join("session:o1", map[string]any{"last_event": beforeLast})
+		r := open[i].cursor.Join("session:o1", map[string]any{"last_event": beforeLast})
 		if r["recovered"] != false || r["reason"] != "replay_unavailable" || r["replayed"] != float64(0) {
 			t.Fatalf("join with last_event on %s during the outage: %v, want recovered:false reason replay_unavailable", c.nodes[i].name, r)
 		}
-		plain := phxtest.DialT(t, phxtest.URL(srv.URL, tok)).Join("session:o1", map[string]any{})
+		plain := open[i].plain.Join("session:o1", map[string]any{})
 		if plain["recovered"] != true {
 			t.Fatalf("join without last_event on %s during the outage: %v", c.nodes[i].name, plain)
 		}
@@ -66,9 +74,17 @@ func TestRedisOutage(t *testing.T) {
 	if n := c.nodes[0].manager.Stats().LogAppendErrors; n < uint64(len(during)) {
 		t.Fatalf("a counted %d replay append errors, want at least %d", n, len(during))
 	}
+	// Once the replay store check has failed, new sockets are refused.
+	waitReadyz(t, srvB.URL, http.StatusServiceUnavailable, "replay_store:")
+	status, h, body := waitRefused(t, srvB.URL, tok)
+	checkNotReadyRefusal(t, "WebSocket upgrade during the Redis outage", status, h, body, "replay_store:")
 
-	// Redis back: new events are logged and replayed again.
+	// Redis back: new events are logged and replayed again, and the nodes
+	// take new sockets once ready.
 	proxy.Restore()
+	for _, srv := range c.srvs {
+		waitReadyz(t, srv.URL, http.StatusOK, "")
+	}
 	post(t, srvA, "o1", "after it")
 	afterEvs := watcher.EventsUntil(session.TypeTurnCompleted)
 	assertContiguous(t, append(append([]phxtest.SessionEvent(nil), during...), afterEvs...))

@@ -35,6 +35,7 @@ func (n *Node) buildStores(ctx context.Context) error {
 		n.leases = session.NewMemoryLeaseStore()
 		n.store = session.NewMemorySessionStore()
 	}
+	n.leaseWatch = &leaseWatch{LeaseStore: n.leases}
 	if cfg.RedisURL != "" {
 		opt, err := redis.ParseURL(cfg.RedisURL)
 		if err != nil {

@@ -333,7 +333,7 @@ func (c *coordinator) setStatus(st Status) {
 		s.tr.Emit("muster_status_change", "scope", s.name, "node", s.self, "from", old.String(), "to", st.String(),
 			"members", names(c.members), "view_hash", s.viewHash.Load())
 	}
-	s.log.Info("muster: status "+old.String()+" → "+st.String(), zap.Strings("members", names(c.members)), zap.Uint64("view_hash", s.viewHash.Load()))
+	s.log.Info("muster: status "+old.String()+" → "+st.String(), zap.Strings("members", names(c.members)), viewHashField(s.viewHash.Load()))
 	if old == Converging && st == Ready {
 		c.dropStale()
 	}

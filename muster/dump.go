@@ -107,7 +107,7 @@ func (s *Scope) Dump() Dump {
 func (d Dump) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Muster %s @ %s (incarnation %d)\n", d.Scope, d.Node, d.Incarnation)
-	fmt.Fprintf(&b, "  status: %s\n  view_hash: %016x\n", d.Status, d.ViewHash)
+	fmt.Fprintf(&b, "  status: %s\n  view_hash: %s\n", d.Status, FormatViewHash(d.ViewHash))
 	ms := make([]string, len(d.Members))
 	for i, m := range d.Members {
 		ms[i] = m.String()

@@ -140,7 +140,7 @@ func (c *coordinator) rebalance(target []NodeID) error {
 	}
 	added, removed := diffMembers(old, target)
 	s.log.Info("muster: rebalance", zap.Int("members", len(target)), zap.Int("was", len(old)),
-		zap.Strings("added", added), zap.Strings("removed", removed), zap.Uint64("view_hash", hash))
+		zap.Strings("added", added), zap.Strings("removed", removed), viewHashField(hash))
 
 	// Steps 2-3: status rebalancing, new hash, ring swap keeping the previous
 	// generation.

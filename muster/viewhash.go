@@ -1,10 +1,12 @@
 package muster
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 
 	"github.com/cespare/xxhash/v2"
+	"go.uber.org/zap"
 
 	"github.com/relaygw/relay/muster/ring"
 )
@@ -17,6 +19,14 @@ type NodeID struct {
 }
 
 func (n NodeID) String() string { return n.Name + "@" + strconv.FormatUint(n.Inc, 10) }
+
+// FormatViewHash is the one text form of a view hash, in logs and in the
+// gateway's admin API and ops page alike: 16 lower-case hex digits,
+// zero-padded.
+func FormatViewHash(h uint64) string { return fmt.Sprintf("%016x", h) }
+
+// viewHashField is a view hash as a log field (FormatViewHash).
+func viewHashField(h uint64) zap.Field { return zap.String("view_hash", FormatViewHash(h)) }
 
 // ViewHash is the frozen, documented hash of a member list: xxhash64 over
 // the concatenation, for each member sorted by name, of the bytes

@@ -114,6 +114,28 @@ func (s *PostgresLeaseStore) Claim(ctx context.Context, key, owner string, ttl t
 	return Lease{}, fmt.Errorf("session: claim %q: lease row changed under %d attempts", key, claimAttempts)
 }
 
+// TryClaim runs Claim's statement for key and owner in a transaction that
+// it rolls back: it reports whether the store accepts that lease write now
+// (privileges, a read-only database, constraints, triggers) and changes
+// nothing. A lease another owner holds is no error. The gateway's
+// readiness probe uses it.
+func (s *PostgresLeaseStore) TryClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("session: try claim %q: %w", key, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	rows, err := tx.Query(ctx, claimSQL, key, owner, ttl)
+	if err != nil {
+		return fmt.Errorf("session: try claim %q: %w", key, err)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("session: try claim %q: %w", key, err)
+	}
+	return nil
+}
+
 // Release implements LeaseStore.
 func (s *PostgresLeaseStore) Release(ctx context.Context, key, owner string, epoch int64) error {
 	tag, err := s.pool.Exec(ctx, releaseSQL, key, owner, epoch)

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,14 +47,56 @@ type serveCmd struct {
 
 func (s *serveCmd) Run() error { return run(s.Config) }
 
+// Validate checks the settings as kong parses them, before anything
+// starts. Its error is a configError, which main prints as it reads,
+// without kong's "error: serve:" framing.
+func (s *serveCmd) Validate() error {
+	if err := s.Config.Validate(); err != nil {
+		return configError{err}
+	}
+	return nil
+}
+
+// configError is a refused configuration (gateway.Config.Validate).
+type configError struct{ err error }
+
+func (e configError) Error() string { return e.err.Error() }
+func (e configError) Unwrap() error { return e.err }
+
 func main() {
 	c := cli{Serve: serveCmd{Config: gateway.DefaultConfig()}}
-	kctx := kong.Parse(&c, kong.Name("gateway"), kong.Description("Relay: a realtime gateway for conversational agents."),
-		kong.Vars{"version": buildinfo.Read().String()}, kong.BindTo(os.Stdout, (*io.Writer)(nil)))
+	parser := newParser(&c)
+	kctx, err := parser.Parse(os.Args[1:])
+	var cfgErr configError
+	var parseErr *kong.ParseError
+	switch {
+	case errors.As(err, &cfgErr) && errors.As(err, &parseErr):
+		fmt.Fprintln(os.Stderr, errorLine(cfgErr.err))
+		os.Exit(parseErr.ExitCode())
+	case err != nil:
+		parser.FatalIfErrorf(err) // usage errors: kong's "gateway: error: …" and exit code
+	}
 	if err := kctx.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "gateway:", err)
+		fmt.Fprintln(os.Stderr, errorLine(err))
 		os.Exit(1)
 	}
+}
+
+// newParser is the command line's parser into c (flags and environment).
+func newParser(c *cli) *kong.Kong {
+	return kong.Must(c, kong.Name("gateway"), kong.Description("Relay: a realtime gateway for conversational agents."),
+		kong.Vars{"version": buildinfo.Read().String()}, kong.BindTo(os.Stdout, (*io.Writer)(nil)))
+}
+
+// errorLine is the line a failed command prints: the error, prefixed with
+// the program's name once. Errors of the gateway package already start
+// with "gateway: ", which is the program's name too.
+func errorLine(err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, "gateway: ") {
+		return msg
+	}
+	return "gateway: " + msg
 }
 
 func run(cfg gateway.Config) error {
