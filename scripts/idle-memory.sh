@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 go build -o bin/gateway ./cmd/gateway
 go build -o bin/relay-load ./cmd/relay-load
 ulimit -n 20000
-export JWT_SECRET=$(openssl rand -hex 32) ADMIN_TOKEN=admin-$(openssl rand -hex 12)
+export JWT_SECRET=$(bin/gateway secret --bytes 32) ADMIN_TOKEN=admin-$(bin/gateway secret --bytes 16)
 TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
 
 GODEBUG=${PROFILE_RATE:+memprofilerate=$PROFILE_RATE} ADDR=127.0.0.1:$PORT LOG_LEVEL=warn bin/gateway >"$OUT/gateway.log" 2>&1 &

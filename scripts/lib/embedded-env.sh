@@ -8,7 +8,7 @@ go build -o bin/gateway ./cmd/gateway
 go build -o bin/relay-load ./cmd/relay-load
 ulimit -n 20000
 
-export JWT_SECRET=$(openssl rand -hex 32)
+export JWT_SECRET=$(bin/gateway secret --bytes 32)
 TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
 
 out=$(mktemp)
