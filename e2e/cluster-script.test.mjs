@@ -14,9 +14,11 @@
 // schema and a unique CLUSTER name (storeEnv), its own LOG_DIR, with the fast lease and
 // Muster timings of the other cluster tests passed through its environment. It runs in its
 // own process group; its nodes run in sessions of their own (setsid), so if the test fails
-// midway the group and every node pid the script printed are killed with SIGKILL.
+// midway the group and every node pid the script printed are killed with SIGKILL. The script
+// runs under spawnOwned (gateway.mjs): it dies with the test process, and its nodes (under
+// setpriv --pdeathsig TERM) with it.
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
@@ -26,7 +28,7 @@ import { createInterface } from "node:readline";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { FAST_CLUSTER } from "./cluster.mjs";
-import { GATEWAY_BIN, uniqueId } from "./gateway.mjs";
+import { GATEWAY_BIN, spawnOwned, uniqueId } from "./gateway.mjs";
 import { PG, dropSchemas, storeEnv } from "./stores.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -163,7 +165,7 @@ test("make cluster failover demo: kill -9 the owner, a survivor takes over at a 
   for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN"]) delete env[k];
 
   // detached: the script leads its own process group, which holds the nodes it starts.
-  const script = spawn("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  const script = spawnOwned("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
   let exited = null;
   const exitP = once(script, "exit").then(([code, signal]) => (exited = { code, signal }));
   const out = [];
@@ -340,7 +342,7 @@ test("make cluster: a node that fails to start stops the script with its error a
   blocker.on("connection", (c) => c.destroy()); // the script's /healthz probe gets no answer here
   const env = { ...process.env, ...storeEnv({ nats: true }), ...FAST_CLUSTER, GATEWAY_BIN, BASE_PORT: String(basePort), LOG_DIR: logDir, DRAIN_WINDOW: "15s", LOG_LEVEL: "info" };
   for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN"]) delete env[k];
-  const script = spawn("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const script = spawnOwned("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
   const out = [];
   const errLines = [];
   createInterface({ input: script.stdout }).on("line", (l) => out.push(l));
@@ -378,7 +380,7 @@ test("make cluster: Postgres unreachable stops the script with the node's error 
   const logDir = mkdtempSync(join(tmpdir(), "relay-cluster-e2e-"));
   const env = { ...process.env, ...storeEnv({ nats: true }), ...FAST_CLUSTER, GATEWAY_BIN, BASE_PORT: String(basePort), LOG_DIR: logDir, LOG_LEVEL: "info" };
   env.DATABASE_URL = `postgres://postgres@127.0.0.1:${closed}/test?sslmode=disable`;
-  const script = spawn("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const script = spawnOwned("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
   const lines = [];
   for (const s of [script.stdout, script.stderr]) createInterface({ input: s }).on("line", (l) => lines.push(l));
   try {

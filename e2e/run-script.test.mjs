@@ -7,13 +7,13 @@
 // makes the line discipline signal the foreground group. `-o build` reuses the bin/gateway
 // that `make e2e` built. Each run listens on its own free port and keeps no state.
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { once } from "node:events";
 import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { GATEWAY_BIN, freePort } from "./gateway.mjs";
+import { GATEWAY_BIN, freePort, spawnOwned } from "./gateway.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const SCRIPT = join(ROOT, "scripts/run.sh");
@@ -55,7 +55,7 @@ function killGroup(pid) {
 
 test("scripts/run.sh: SIGINT to its process group drains the node and exits 0", { timeout: 120_000 }, async () => {
   const env = await runEnv();
-  const child = spawn("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawnOwned("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
   const exit = once(child, "exit");
   const lines = [];
   try {
@@ -76,7 +76,7 @@ const hasScript = spawnSync("script", ["--version"]).status === 0;
 test("make run in a terminal: Ctrl-C exits 0 without a make error", { timeout: 180_000, skip: !hasScript && "util-linux script(1) not installed" }, async () => {
   const env = await runEnv();
   // script -q -e -c CMD /dev/null: CMD on a new pseudo-terminal, script's exit status is CMD's.
-  const child = spawn("script", ["-qec", "make --no-print-directory -o build run", "/dev/null"], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawnOwned("script", ["-qec", "make --no-print-directory -o build run", "/dev/null"], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
   const exit = once(child, "exit");
   const lines = [];
   try {

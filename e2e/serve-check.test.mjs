@@ -2,14 +2,13 @@
 // it stops the node it started, by its pid, whether the check passes or fails, so no
 // process of the check is left running.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { chmodSync, mkdtempSync, readFileSync, readdirSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { GATEWAY_BIN } from "./gateway.mjs";
+import { GATEWAY_BIN, spawnOwned } from "./gateway.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const SCRIPT = join(ROOT, "scripts/lib/serve-check.sh");
@@ -41,7 +40,7 @@ function leftovers() {
 
 /** Runs serve-check.sh on bin; resolves to its exit code, output and the node pid it printed. */
 async function serveCheck(bin, env = {}) {
-  const child = spawn("bash", [SCRIPT, bin], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawnOwned("bash", [SCRIPT, bin], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   child.stdout.on("data", (d) => (out += d));
   child.stderr.on("data", (d) => (out += d));
