@@ -18,7 +18,7 @@
 // runs under spawnOwned (gateway.mjs): it dies with the test process, and its nodes (under
 // setpriv --pdeathsig TERM) with it.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
@@ -397,6 +397,48 @@ test("make cluster: Postgres unreachable stops the script with the node's error 
       // group already gone
     }
     for (const m of lines.join("\n").matchAll(/\(pid (\d+)\)/g)) killQuiet(Number(m[1]));
+    rmSync(logDir, { recursive: true, force: true });
+  }
+});
+
+const hasScript = spawnSync("script", ["--version"]).status === 0;
+
+test("make cluster in a terminal: one Ctrl-C drains every node and make exits 0", { timeout: 180_000, skip: !hasScript && "util-linux script(1) not installed" }, async () => {
+  const basePort = await freePortRange(3);
+  const logDir = mkdtempSync(join(tmpdir(), "relay-cluster-e2e-"));
+  const env = { ...process.env, ...storeEnv({ nats: true }), ...FAST_CLUSTER, GATEWAY_BIN, BASE_PORT: String(basePort), LOG_DIR: logDir, DRAIN_WINDOW: "15s", LOG_LEVEL: "info" };
+  for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN", "RELAY_CLUSTER_FG"]) delete env[k];
+  // script -q -e -c CMD /dev/null: CMD on a new pseudo-terminal; `-o build` reuses bin/gateway.
+  const term = spawnOwned("script", ["-qec", "make --no-print-directory -o build cluster", "/dev/null"], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  let exited = null;
+  once(term, "exit").then(([code, signal]) => (exited = { code, signal }));
+  let text = "";
+  term.stdout.on("data", (d) => (text += d));
+  term.stderr.on("data", (d) => (text += d));
+  const pids = [];
+  try {
+    await until(() => {
+      if (exited) throw new Error(`make cluster exited early ${JSON.stringify(exited)}:\n${text}`);
+      return text.includes("Ctrl-C stops all three.");
+    }, () => `banner:\n${text}`);
+    for (const m of text.matchAll(/node([123])=(\d+)/g)) pids.push(Number(m[2]));
+    assert.equal(pids.length, 3, text);
+    term.stdin.write("\x03"); // Ctrl-C typed into the terminal
+    await until(() => exited, () => `make cluster exits after Ctrl-C:\n${text}`, 60_000);
+    assert.deepEqual(exited, { code: 0, signal: null }, `make cluster's exit after Ctrl-C:\n${text}`);
+    for (let n = 1; n <= 3; n++) assert.match(text, new RegExp(`cluster: node${n} \\(pid \\d+\\) drained and exited 0`), text);
+    assert.doesNotMatch(text, /make: \*\*\*/, "make reports no error");
+    for (const pid of pids) assert.ok(!alive(pid), `pid ${pid} stopped`);
+  } finally {
+    if (!exited) {
+      try {
+        process.kill(-term.pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+    for (const pid of pids) killQuiet(pid);
+    term.stdin.destroy();
     rmSync(logDir, { recursive: true, force: true });
   }
 });

@@ -39,6 +39,16 @@
 # this script with its own ports, schema, CLUSTER and short lease timings.
 set -euo pipefail
 
+# From a terminal, run as a foreground job of its own (job control), so the
+# terminal's Ctrl-C reaches this script only and not make, which would report
+# "Interrupt" after the clean stop; the exit status is the script's.
+if [[ -t 0 && -z ${RELAY_CLUSTER_FG:-} ]]; then
+  set -m
+  rc=0
+  RELAY_CLUSTER_FG=1 "$0" "$@" || rc=$?
+  exit "$rc"
+fi
+
 cd "$(dirname "$0")/.."
 BIN=${GATEWAY_BIN:-bin/gateway}
 [[ -x $BIN ]] || { echo "cluster: $BIN not found; run 'make build' first" >&2; exit 1; }
