@@ -2,7 +2,6 @@ package proctest
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,37 +11,6 @@ import (
 	"testing"
 	"time"
 )
-
-// parentEnv makes the test binary act as a test process that starts a node
-// and then dies (see helperParent).
-const parentEnv = "PROCTEST_HELPER_PARENT"
-
-// helperParent stands in for a test binary: it starts a node (the helper
-// node) with Proc, prints "node pid N" on stdout once it is ready, and then
-// blocks until it is killed, never stopping the node itself.
-func helperParent() {
-	addr, err := FreeAddr()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	p := NewProc("orphan", addr, os.Args[0], []string{helperEnv + "=1", parentEnv + "=", "ADDR=" + addr, "NODE_NAME=orphan"})
-	if err := p.Start(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
-	defer cancel()
-	if err := p.WaitReady(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	p.mu.Lock()
-	pid := p.cmd.Process.Pid
-	p.mu.Unlock()
-	fmt.Printf("node pid %d\n", pid)
-	select {}
-}
 
 // procGone reports whether pid no longer runs: no /proc entry, or a zombie
 // (exited, waiting for a reaper that may not be there in a container).
