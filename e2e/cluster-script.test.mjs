@@ -212,8 +212,9 @@ test("make cluster failover demo: kill -9 the owner, a survivor takes over at a 
     // A quiet start: a few info lines per node (starting, agent, cluster mode, listening,
     // ready), the routing chatter at debug.
     for (let n = 1; n <= 3; n++) {
-      const info = jsonLines(nodeLog(`node${n}`)).filter((e) => e.level !== "debug");
-      assert.ok(info.length <= 6, `node${n} logs ${info.length} lines at info or above while starting:\n${info.map((e) => e.msg).join("\n")}`);
+      // Warnings are not chatter (a slow store on a loaded machine may cause one): info only.
+      const info = jsonLines(nodeLog(`node${n}`)).filter((e) => e.level === "info");
+      assert.ok(info.length <= 6, `node${n} logs ${info.length} lines at info while starting:\n${info.map((e) => e.msg).join("\n")}`);
       for (const msg of ["listening", "ready"]) assert.ok(info.some((e) => e.msg === msg), `node${n} logs "${msg}"`);
     }
 
