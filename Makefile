@@ -8,18 +8,26 @@ PKGS := ./...
 
 .PHONY: run build web test lint unit fuzz e2e chromium services bench chaos load cluster load-cluster check-image check-k8s kubeconform clean
 
-run: web
-	$(GO) run ./cmd/gateway
+# One line per step (`-->`): npm packages (first run only), web bundle, Go
+# modules, compile, start. Ctrl-C stops the node with exit status 0
+# (scripts/run.sh).
+run: build
+	@scripts/run.sh
 
 build: web
-	$(GO) build -o bin/gateway ./cmd/gateway
+	@echo "--> Go modules: go list -deps ./cmd/gateway (the first run downloads them)"
+	@$(GO) list -deps ./cmd/gateway >/dev/null
+	@echo "--> compiling bin/gateway: go build (the first run compiles every dependency)"
+	@$(GO) build -o bin/gateway ./cmd/gateway
 
 node_modules: package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	@echo "--> npm packages: npm ci (first run, or after package-lock.json changed)"
+	@npm ci --no-audit --no-fund --loglevel=error
 	@touch node_modules
 
 web: node_modules
-	npm run --silent build:web
+	@echo "--> web bundle: esbuild web/src -> web/dist"
+	@npm run --silent build:web
 
 # Every test: lint, Go unit and integration tests with the race detector
 # (real Postgres, Redis and NATS), short fuzz runs, and the end-to-end suite

@@ -4,15 +4,21 @@
 // is reported by the script, which keeps the other two running; an event posted on a
 // survivor is refused with the retry directive until the dead node's lease lapses, then
 // accepted on a survivor at a higher epoch (and the new owner logs `session taken over`);
-// typing the dead node's number and Enter on the script's stdin starts it again; SIGINT
-// stops the script and all three nodes.
+// typing the dead node's number and Enter on the script's stdin starts it again; one SIGINT
+// to the script's process group (a terminal's Ctrl-C) drains all three nodes: each logs its
+// drain and exits 0, and the lease table holds no live lease of theirs afterwards. A node
+// that fails to start stops the script with its error, a non-zero exit, and the nodes
+// already started stopped.
 //
 // Isolation: the script runs on three free consecutive ports (BASE_PORT), a fresh Postgres
 // schema and a unique CLUSTER name (storeEnv), its own LOG_DIR, with the fast lease and
 // Muster timings of the other cluster tests passed through its environment. It runs in its
-// own process group, which is killed with SIGKILL if the test fails midway.
+// own process group; its nodes run in sessions of their own (setsid), so if the test fails
+// midway the group and every node pid the script printed are killed with SIGKILL. The script
+// runs under spawnOwned (gateway.mjs): it dies with the test process, and its nodes (under
+// setpriv --pdeathsig TERM) with it.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
@@ -22,8 +28,8 @@ import { createInterface } from "node:readline";
 import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { FAST_CLUSTER } from "./cluster.mjs";
-import { GATEWAY_BIN, uniqueId } from "./gateway.mjs";
-import { dropSchemas, storeEnv } from "./stores.mjs";
+import { GATEWAY_BIN, spawnOwned, uniqueId } from "./gateway.mjs";
+import { PG, dropSchemas, storeEnv } from "./stores.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const SCRIPT = join(ROOT, "scripts/cluster.sh");
@@ -97,6 +103,41 @@ async function request(url, init = {}) {
   return { status: res.status, headers: res.headers, body };
 }
 
+/** The search_path schema of a storeEnv DATABASE_URL. */
+const schemaOf = (env) => new URL(env.DATABASE_URL).searchParams.get("search_path");
+
+/** Live leases (expires_at in the future) whose owner is one of names, as "owner key" lines. */
+function liveLeases(schema, names) {
+  const owners = names.map((n) => `owner_node LIKE '${n}/%'`).join(" OR ");
+  const out = execFileSync("psql", [PG, "-qAtc", `SELECT owner_node || ' ' || agent_key FROM "${schema}".agent_leases WHERE expires_at > now() AND (${owners})`], { encoding: "utf8" });
+  return out.split("\n").filter(Boolean);
+}
+
+/** Parsed JSON lines of a node log (other lines skipped). */
+const jsonLines = (text) =>
+  text
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l));
+
+/** Resolves to [code, signal] when child exits; fails after 2 * WAIT_MS (a hang guard) with what(). */
+function exitWithin(child, what) {
+  let timer;
+  const guard = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`cluster.sh still running:\n${what()}`)), 2 * WAIT_MS);
+  });
+  return Promise.race([once(child, "exit"), guard]).finally(() => clearTimeout(timer));
+}
+
+/** SIGKILLs pid, ignoring a process already gone. */
+function killQuiet(pid) {
+  try {
+    process.kill(pid, "SIGKILL");
+  } catch {
+    // gone
+  }
+}
+
 function alive(pid) {
   try {
     process.kill(pid, 0);
@@ -116,14 +157,15 @@ test("make cluster failover demo: kill -9 the owner, a survivor takes over at a 
     GATEWAY_BIN,
     BASE_PORT: String(basePort),
     LOG_DIR: logDir,
-    DRAIN_WINDOW: "2s",
+    // A bound, not a wait: a drain ends when its work is done.
+    DRAIN_WINDOW: "15s",
     ECHO_DELAY: "10ms",
     LOG_LEVEL: "info",
   };
   for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN"]) delete env[k];
 
   // detached: the script leads its own process group, which holds the nodes it starts.
-  const script = spawn("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  const script = spawnOwned("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
   let exited = null;
   const exitP = once(script, "exit").then(([code, signal]) => (exited = { code, signal }));
   const out = [];
@@ -165,6 +207,15 @@ test("make cluster failover demo: kill -9 the owner, a survivor takes over at a 
       const info = await request(`${urlOf(n)}/admin/node`, { headers: { Authorization: `Bearer ${adminToken}` } });
       assert.equal(info.status, 200, `node${n} /admin/node with the printed admin token`);
       assert.equal(info.body.name, `node${n}`);
+    }
+
+    // A quiet start: a few info lines per node (starting, agent, cluster mode, listening,
+    // ready), the routing chatter at debug.
+    for (let n = 1; n <= 3; n++) {
+      // Warnings are not chatter (a slow store on a loaded machine may cause one): info only.
+      const info = jsonLines(nodeLog(`node${n}`)).filter((e) => e.level === "info");
+      assert.ok(info.length <= 6, `node${n} logs ${info.length} lines at info while starting:\n${info.map((e) => e.msg).join("\n")}`);
+      for (const msg of ["listening", "ready"]) assert.ok(info.some((e) => e.msg === msg), `node${n} logs "${msg}"`);
     }
 
     // "open a node's demo link and send a message": post with the link's token through node 1.
@@ -237,12 +288,29 @@ test("make cluster failover demo: kill -9 the owner, a survivor takes over at a 
     await until(async () => (await statusOf(`${urlOf(dead)}/healthz`)) === 200, `node${dead} answers /healthz after the restart`);
     pids[dead] = restarted;
 
-    // Ctrl-C: the script stops (drains) all three and exits.
-    process.kill(script.pid, "SIGINT");
+    // The nodes hold leases now (the session's owner at least), so "none afterwards" means
+    // the drain released them.
+    const schema = schemaOf(env);
+    const held = liveLeases(schema, ["node1", "node2", "node3"]);
+    assert.ok(held.length > 0, "a live lease before Ctrl-C");
+    const logLen = Object.fromEntries([1, 2, 3].map((n) => [n, nodeLog(`node${n}`).length]));
+
+    // Ctrl-C as a terminal sends it: SIGINT to the script's whole process group, once.
+    process.kill(-script.pid, "SIGINT");
     await until(() => exited, () => `cluster.sh exits after SIGINT:\n${transcript()}`, 60_000);
-    assert.equal(exited.code, 0, `script exit ${JSON.stringify(exited)}`);
+    assert.equal(exited.code, 0, `script exit ${JSON.stringify(exited)}:\n${transcript()}`);
     assert.ok(out.some((l) => l.startsWith("stopping 3 nodes")), transcript());
-    for (const n of [1, 2, 3]) assert.ok(!alive(pids[n]), `node${n} (pid ${pids[n]}) stopped`);
+    for (const n of [1, 2, 3]) {
+      assert.ok(!alive(pids[n]), `node${n} (pid ${pids[n]}) stopped`);
+      assert.ok(out.includes(`cluster: node${n} (pid ${pids[n]}) drained and exited 0`), `node${n} exit 0 reported:\n${transcript()}`);
+      // This incarnation's log: it drained and stopped, and was not cut short.
+      const since = jsonLines(nodeLog(`node${n}`).slice(logLen[n]));
+      const msgs = since.map((e) => e.msg);
+      assert.ok(msgs.includes("shutting down: draining"), `node${n} logs its drain: ${msgs.join(" | ")}`);
+      assert.ok(msgs.includes("stopped"), `node${n} logs its stop: ${msgs.join(" | ")}`);
+      assert.ok(!msgs.includes("drain incomplete"), `node${n} drain complete: ${msgs.join(" | ")}`);
+    }
+    assert.deepEqual(liveLeases(schema, ["node1", "node2", "node3"]), [], `no live lease of the three nodes after Ctrl-C (before: ${held.join(", ")})`);
     t.diagnostic(`dead node${dead}, refused ${refused}, epoch ${first.body.epoch} -> ${taken.body.epoch}, new owner ${newOwner}, restarted pid ${restarted}`);
     ok = true;
   } catch (err) {
@@ -258,7 +326,120 @@ test("make cluster failover demo: kill -9 the owner, a survivor takes over at a 
       }
       await exitP;
     }
+    // The nodes run in sessions of their own: kill every pid the script printed.
+    for (const m of out.join("\n").matchAll(/\(pid (\d+)\)|node[123]=(\d+)/g)) killQuiet(Number(m[1] || m[2]));
+    for (const m of errLines.join("\n").matchAll(/\(pid (\d+)\)/g)) killQuiet(Number(m[1]));
     script.stdin.destroy();
     if (ok) rmSync(logDir, { recursive: true, force: true });
+  }
+});
+
+test("make cluster: a node that fails to start stops the script with its error and exit 1, and the nodes already started are stopped", { timeout: 120_000 }, async () => {
+  const basePort = await freePortRange(3);
+  const logDir = mkdtempSync(join(tmpdir(), "relay-cluster-e2e-"));
+  // node2's port is taken: nodes 1 and 3 start, node2 fails to listen.
+  const blocker = await tryListen(basePort + 1);
+  assert.ok(blocker, `port ${basePort + 1} free a moment ago`);
+  blocker.on("connection", (c) => c.destroy()); // the script's /healthz probe gets no answer here
+  const env = { ...process.env, ...storeEnv({ nats: true }), ...FAST_CLUSTER, GATEWAY_BIN, BASE_PORT: String(basePort), LOG_DIR: logDir, DRAIN_WINDOW: "15s", LOG_LEVEL: "info" };
+  for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN"]) delete env[k];
+  const script = spawnOwned("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const out = [];
+  const errLines = [];
+  createInterface({ input: script.stdout }).on("line", (l) => out.push(l));
+  createInterface({ input: script.stderr }).on("line", (l) => errLines.push(l));
+  const transcript = () => [...out, "--- stderr", ...errLines].join("\n");
+  const started = [];
+  try {
+    const [code, signal] = await exitWithin(script, () => transcript());
+    const text = transcript();
+    for (const m of text.matchAll(/node([123]) \(pid (\d+)\)/g)) started.push(Number(m[2]));
+    assert.equal(signal, null, text);
+    assert.equal(code, 1, `exit status:\n${text}`);
+    assert.ok(errLines.some((l) => l.startsWith("cluster: node2 failed to start (exit status 1)")), `node2's failure reported:\n${text}`);
+    assert.ok(errLines.some((l) => l.includes("address already in use")), `node2's error in the log tail:\n${text}`);
+    assert.ok(!out.some((l) => l.includes("Ctrl-C stops all three.")), "no banner");
+    assert.equal(new Set(started).size, 3, `three node pids printed:\n${text}`);
+    for (const pid of new Set(started)) assert.ok(!alive(pid), `pid ${pid} stopped:\n${text}`);
+    // The two that started were stopped by the script (drained, exit 0).
+    for (const n of [1, 3]) assert.match(text, new RegExp(`cluster: node${n} \\(pid \\d+\\) drained and exited 0`), `node${n} stopped cleanly`);
+  } finally {
+    try {
+      process.kill(-script.pid, "SIGKILL");
+    } catch {
+      // group already gone
+    }
+    for (const pid of started) killQuiet(pid);
+    await new Promise((r) => blocker.close(r));
+    rmSync(logDir, { recursive: true, force: true });
+  }
+});
+
+test("make cluster: Postgres unreachable stops the script with the node's error and exit 1", { timeout: 120_000 }, async () => {
+  const basePort = await freePortRange(3);
+  const closed = await freePortRange(1); // nothing listens here
+  const logDir = mkdtempSync(join(tmpdir(), "relay-cluster-e2e-"));
+  const env = { ...process.env, ...storeEnv({ nats: true }), ...FAST_CLUSTER, GATEWAY_BIN, BASE_PORT: String(basePort), LOG_DIR: logDir, LOG_LEVEL: "info" };
+  env.DATABASE_URL = `postgres://postgres@127.0.0.1:${closed}/test?sslmode=disable`;
+  const script = spawnOwned("bash", [SCRIPT], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const lines = [];
+  for (const s of [script.stdout, script.stderr]) createInterface({ input: s }).on("line", (l) => lines.push(l));
+  try {
+    const [code] = await exitWithin(script, () => lines.join("\n"));
+    const text = lines.join("\n");
+    assert.equal(code, 1, `exit status:\n${text}`);
+    assert.match(text, /cluster: node[123] failed to start \(exit status 1\)/, text);
+    assert.match(text, /connection refused/, `the node's error is printed:\n${text}`);
+    for (const m of text.matchAll(/\(pid (\d+)\)/g)) assert.ok(!alive(Number(m[1])), `pid ${m[1]} gone`);
+  } finally {
+    try {
+      process.kill(-script.pid, "SIGKILL");
+    } catch {
+      // group already gone
+    }
+    for (const m of lines.join("\n").matchAll(/\(pid (\d+)\)/g)) killQuiet(Number(m[1]));
+    rmSync(logDir, { recursive: true, force: true });
+  }
+});
+
+const hasScript = spawnSync("script", ["--version"]).status === 0;
+
+test("make cluster in a terminal: one Ctrl-C drains every node and make exits 0", { timeout: 180_000, skip: !hasScript && "util-linux script(1) not installed" }, async () => {
+  const basePort = await freePortRange(3);
+  const logDir = mkdtempSync(join(tmpdir(), "relay-cluster-e2e-"));
+  const env = { ...process.env, ...storeEnv({ nats: true }), ...FAST_CLUSTER, GATEWAY_BIN, BASE_PORT: String(basePort), LOG_DIR: logDir, DRAIN_WINDOW: "15s", LOG_LEVEL: "info" };
+  for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN", "RELAY_CLUSTER_FG"]) delete env[k];
+  // script -q -e -c CMD /dev/null: CMD on a new pseudo-terminal; `-o build` reuses bin/gateway.
+  const term = spawnOwned("script", ["-qec", "make --no-print-directory -o build cluster", "/dev/null"], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  let exited = null;
+  once(term, "exit").then(([code, signal]) => (exited = { code, signal }));
+  let text = "";
+  term.stdout.on("data", (d) => (text += d));
+  term.stderr.on("data", (d) => (text += d));
+  const pids = [];
+  try {
+    await until(() => {
+      if (exited) throw new Error(`make cluster exited early ${JSON.stringify(exited)}:\n${text}`);
+      return text.includes("Ctrl-C stops all three.");
+    }, () => `banner:\n${text}`);
+    for (const m of text.matchAll(/node([123])=(\d+)/g)) pids.push(Number(m[2]));
+    assert.equal(pids.length, 3, text);
+    term.stdin.write("\x03"); // Ctrl-C typed into the terminal
+    await until(() => exited, () => `make cluster exits after Ctrl-C:\n${text}`, 60_000);
+    assert.deepEqual(exited, { code: 0, signal: null }, `make cluster's exit after Ctrl-C:\n${text}`);
+    for (let n = 1; n <= 3; n++) assert.match(text, new RegExp(`cluster: node${n} \\(pid \\d+\\) drained and exited 0`), text);
+    assert.doesNotMatch(text, /make: \*\*\*/, "make reports no error");
+    for (const pid of pids) assert.ok(!alive(pid), `pid ${pid} stopped`);
+  } finally {
+    if (!exited) {
+      try {
+        process.kill(-term.pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+    for (const pid of pids) killQuiet(pid);
+    term.stdin.destroy();
+    rmSync(logDir, { recursive: true, force: true });
   }
 });

@@ -5,7 +5,12 @@
 // {"msg":"listening","addr":…}. Every log line is kept (gw.logs) so a failing test can
 // print them. stop() sends SIGTERM and, if the process has not exited after a grace
 // period, SIGKILL.
-import { spawn } from "node:child_process";
+//
+// No gateway outlives the test process that started it: one that was not stopped is
+// SIGKILLed when the process exits (a failed assertion, an uncaught error), and on Linux
+// each runs under `setpriv --pdeathsig KILL` (util-linux), so the kernel kills it when the
+// test process dies without running exit handlers (SIGKILL, the runner's timeout).
+import { spawn, spawnSync } from "node:child_process";
 import { createHmac, randomBytes } from "node:crypto";
 import { once } from "node:events";
 import { existsSync } from "node:fs";
@@ -20,6 +25,29 @@ const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 export const GATEWAY_BIN = process.env.GATEWAY_BIN || resolve(ROOT, "bin/gateway");
 
 const START_TIMEOUT_MS = 20_000;
+
+/** The gateways started and not yet exited; SIGKILLed at process exit. */
+const running = new Set();
+process.on("exit", () => {
+  for (const child of running) child.kill("SIGKILL");
+});
+
+/** [command, args prefix] that run a program so that it dies with this process (Linux). */
+const DIE_WITH_PARENT =
+  process.platform === "linux" && (spawnSync("setpriv", ["--help"], { encoding: "utf8" }).stdout || "").includes("--pdeathsig")
+    ? ["setpriv", ["--pdeathsig", "KILL", "--"]]
+    : null;
+
+/**
+ * Spawns program (no shell) as spawn does; on Linux under setpriv --pdeathsig KILL, which
+ * execs it, so child.pid is the program's pid. The child is killed at this process's exit.
+ */
+export function spawnOwned(program, args, options) {
+  const child = DIE_WITH_PARENT ? spawn(DIE_WITH_PARENT[0], [...DIE_WITH_PARENT[1], program, ...args], options) : spawn(program, args, options);
+  running.add(child);
+  child.once("exit", () => running.delete(child));
+  return child;
+}
 const STOP_GRACE_MS = 5_000;
 
 /** Resolves to a TCP port on 127.0.0.1 that was free a moment ago. */
@@ -110,7 +138,7 @@ export async function startGateway(env = {}) {
   for (const k of ["DATABASE_URL", "REDIS_URL", "NATS_URL"]) delete childEnv[k];
   Object.assign(childEnv, settings);
 
-  const child = spawn(GATEWAY_BIN, [], { env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawnOwned(GATEWAY_BIN, [], { env: childEnv, stdio: ["ignore", "pipe", "pipe"] });
   const logs = [];
   let exited = null;
   const exitPromise = once(child, "exit").then(([code, signal]) => {

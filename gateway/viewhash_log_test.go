@@ -17,7 +17,7 @@ import (
 // digits, and once two nodes are ready a status line carries the hash the
 // API reports.
 func TestViewHashLoggedAsInAPI(t *testing.T) {
-	core, logs := observer.New(zap.InfoLevel)
+	core, logs := observer.New(zap.DebugLevel) // the status lines are logged at debug
 	c := newTestCluster(t)
 	c.observe = core
 	c.add("a", nil)

@@ -286,7 +286,7 @@ func (c *coordinator) init() error {
 	}
 	c.started = true
 	s.tr.Emit("muster_coordinator_init", "scope", s.name, "node", s.self, "inc", inc)
-	s.log.Info("muster: coordinator started", zap.Uint64("incarnation", inc))
+	s.log.Debug("muster: coordinator started", zap.Uint64("incarnation", inc))
 	s.broadcast(&wireMsg{Kind: kindPing, Inc: inc})
 	s.broadcast(c.discoverMsg(kindDiscover, ""))
 	return nil
@@ -333,7 +333,7 @@ func (c *coordinator) setStatus(st Status) {
 		s.tr.Emit("muster_status_change", "scope", s.name, "node", s.self, "from", old.String(), "to", st.String(),
 			"members", names(c.members), "view_hash", s.viewHash.Load())
 	}
-	s.log.Info("muster: status "+old.String()+" → "+st.String(), zap.Strings("members", names(c.members)), viewHashField(s.viewHash.Load()))
+	s.log.Debug("muster: status "+old.String()+" → "+st.String(), zap.Strings("members", names(c.members)), viewHashField(s.viewHash.Load()))
 	if old == Converging && st == Ready {
 		c.dropStale()
 	}

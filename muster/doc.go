@@ -156,9 +156,11 @@
 //
 // # Logs, traces, metrics
 //
-// Info logs: rebalance start (members added/removed, view hash) and summary,
-// every status transition, node up and peer down. Debug logs: per-group
-// claim decisions, claim results, cooldown, vacant flushes. Trace points
+// Info logs: peer down and coordinator resets (a node's start logs no
+// routing lines at info). Debug logs: coordinator start, node up, every
+// status transition, rebalance start (members added/removed, view hash) and
+// summary, per-group claim decisions, claim results, cooldown, vacant
+// flushes. Trace points
 // (internal/trace; free with a nil Tracer) include muster_rebalance_start,
 // muster_status_change, muster_peer_registered, muster_node_state_received,
 // muster_occupied, muster_occupied_apply (span start/complete),

@@ -126,7 +126,7 @@ func (c *coordinator) register(id NodeID) {
 	c.peers[id.Name] = id.Inc
 	s.met.PeerUp(id.Name)
 	s.tr.Emit("muster_peer_registered", "scope", s.name, "node", s.self, "peer", id.Name, "inc", id.Inc)
-	s.log.Info("muster: node up", zap.String("peer", id.Name), zap.Uint64("incarnation", id.Inc))
+	s.log.Debug("muster: node up", zap.String("peer", id.Name), zap.Uint64("incarnation", id.Inc))
 }
 
 // depart is the departure cleanup, scoped to the departed incarnation: its

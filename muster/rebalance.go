@@ -139,7 +139,7 @@ func (c *coordinator) rebalance(target []NodeID) error {
 		s.tr.Emit("muster_rebalance_start", "scope", s.name, "node", s.self, "from", names(old), "to", names(target), "view_hash", hash)
 	}
 	added, removed := diffMembers(old, target)
-	s.log.Info("muster: rebalance", zap.Int("members", len(target)), zap.Int("was", len(old)),
+	s.log.Debug("muster: rebalance", zap.Int("members", len(target)), zap.Int("was", len(old)),
 		zap.Strings("added", added), zap.Strings("removed", removed), viewHashField(hash))
 
 	// Steps 2-3: status rebalancing, new hash, ring swap keeping the previous
@@ -229,7 +229,7 @@ func (c *coordinator) rebalance(target []NodeID) error {
 		s.tr.Emit("muster_rebalance_done", "scope", s.name, "node", s.self, "members", names(target), "view_hash", hash,
 			"held", len(held), "moved", nMoved, "snapshots", fulls, "deltas", deltas)
 	}
-	s.log.Info("muster: rebalance done", zap.Int("held", len(held)), zap.Int("moved", nMoved),
+	s.log.Debug("muster: rebalance done", zap.Int("held", len(held)), zap.Int("moved", nMoved),
 		zap.Int("snapshots", fulls), zap.Int("deltas", deltas), zap.Duration("took", took))
 	return nil
 }

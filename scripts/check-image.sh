@@ -9,6 +9,9 @@
 #
 # Environment: VERSION [check-image], COMMIT [git rev-parse HEAD],
 # KEEP=1 keeps the temporary directory.
+#
+# Tools: bash, git, tar, file, curl, sed; and what the Dockerfile's RUN lines
+# use (go, npm). The node it starts for the check is stopped on every exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,19 +50,8 @@ if file "$bin" | grep -q 'dynamically linked'; then fail "the binary is dynamica
 ver=$("$bin" --version)
 [[ $ver == "relay $VERSION (commit $COMMIT"* ]] || fail "--version printed '$ver', want relay $VERSION (commit $COMMIT ...)"
 
-# The bundle is embedded: the binary serves /assets/app.js from a temporary dir
-# of its own (no checkout around it) and does not warn about a missing bundle.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-(cd "$tmp" && ADDR=127.0.0.1:$port NODE_NAME=check DATABASE_URL= REDIS_URL= NATS_URL= "$bin" >"$tmp/node.log" 2>&1) &
-pid=$!
-ok=
-for _ in $(seq 1 100); do
-  if curl -fsS -o /dev/null "http://127.0.0.1:$port/assets/app.js" 2>/dev/null; then ok=1; break; fi
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-kill -TERM "$pid" 2>/dev/null || true
-wait "$pid" 2>/dev/null || true
-[[ -n $ok ]] || { cat "$tmp/node.log" >&2; fail "the binary did not serve /assets/app.js"; }
-if grep -q 'bundles are missing' "$tmp/node.log"; then fail "the binary warns that its web bundle is missing"; fi
+# The bundle is embedded: the binary serves it from a directory of its own
+# and stops cleanly (scripts/lib/serve-check.sh, which stops the node it
+# starts on every path out).
+scripts/lib/serve-check.sh "$bin" || fail "the binary's serve check failed"
 echo "check-image: ok: $ver; static; serves the embedded bundle"

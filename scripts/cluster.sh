@@ -1,13 +1,27 @@
 #!/usr/bin/env bash
 # Starts three gateway nodes in cluster mode on ports 4001-4003 against the
 # local Postgres, Redis and NATS, with one shared JWT secret, API key and admin
-# token; prints the URLs and tokens; stops every node on Ctrl-C (SIGTERM, so
-# each drains: sessions are handed back, sockets closed with 1012).
+# token; prints the URLs and tokens; stops every node on Ctrl-C.
 #
-# A node that dies (kill -9 it to demo failover) does not stop the others:
-# the script reports it and keeps running; type the node's number (1-3) and
-# Enter to start it again. Secrets and the token come from the gateway binary
-# itself (gateway secret, gateway token).
+# The script owns the signals: each node runs in a session of its own
+# (setsid), so the terminal's Ctrl-C reaches only the script, whose trap sends
+# each node one SIGTERM (each drains: sessions handed back, leases released,
+# sockets closed with 1012), waits for every node to exit, reports each
+# node's status and exits 0 when all exited 0 (1 otherwise). A second Ctrl-C
+# while they drain sends a second SIGTERM, which stops a node at once (the
+# gateway's second signal). With setpriv (util-linux), a node also gets
+# SIGTERM if the script itself dies (kill -9), so none outlives it.
+#
+# A node that fails to start (Postgres unreachable, port taken, ...) stops the
+# script: its log tail is printed, the nodes already started are stopped,
+# and the exit status is 1.
+#
+# A node that dies later (kill -9 it to demo failover) does not stop the
+# others: the script reports it and keeps running; type the node's number
+# (1-3) and Enter to start it again. Secrets and the token come from the
+# gateway binary itself (gateway secret, gateway token).
+#
+# Tools: bash, curl, setsid (util-linux; optional setpriv).
 #
 # Environment (defaults in brackets):
 #   GATEWAY_BIN   [bin/gateway]
@@ -19,10 +33,21 @@
 #   MUSTER_HEARTBEAT [2s], MUSTER_PEER_DOWN [3s]
 #   BASE_PORT     [4001]  node N listens on 127.0.0.1:BASE_PORT+N-1
 #   LOG_DIR       [a temporary directory; one <node>.log per node]
+#   START_TIMEOUT [60]  seconds for every node to answer /healthz
 # Every other gateway setting in the environment (LEASE_TTL, LEASE_RENEW,
 # DRAIN_WINDOW, ...) reaches all three nodes; e2e/cluster-script.test.mjs runs
 # this script with its own ports, schema, CLUSTER and short lease timings.
 set -euo pipefail
+
+# From a terminal, run as a foreground job of its own (job control), so the
+# terminal's Ctrl-C reaches this script only and not make, which would report
+# "Interrupt" after the clean stop; the exit status is the script's.
+if [[ -t 0 && -z ${RELAY_CLUSTER_FG:-} ]]; then
+  set -m
+  rc=0
+  RELAY_CLUSTER_FG=1 "$0" "$@" || rc=$?
+  exit "$rc"
+fi
 
 cd "$(dirname "$0")/.."
 BIN=${GATEWAY_BIN:-bin/gateway}
@@ -44,33 +69,86 @@ LOG_DIR=${LOG_DIR:-$(mktemp -d -t relay-cluster.XXXXXX)}
 # mint SUB: an HS256 JWT for every session, valid 30 days (gateway token).
 mint() { "$BIN" token --sub "$1" --sessions '*' --ttl 720h; }
 
-pids=()
-stop() {
-  trap - INT TERM EXIT
-  echo
-  echo "stopping ${#pids[@]} nodes (SIGTERM, drain)..."
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  echo "stopped; logs in $LOG_DIR"
-  exit 0
-}
-trap stop INT TERM EXIT
-
 names=(node1 node2 node3)
+pids=()
+declare -A reported=() # node index -> 1 once its exit was seen and reaped
+
+# wait_node I: waits for node I's exit and sets status to its exit status. A
+# signal that interrupts the wait (a trapped Ctrl-C) is not the node's exit.
+status=0
+wait_node() {
+  local p=${pids[$1]}
+  while :; do
+    status=0
+    wait "$p" 2>/dev/null || status=$?
+    if ((status > 128)) && kill -0 "$p" 2>/dev/null; then continue; fi
+    return 0
+  done
+}
+
+# stop RC: sends each running node one SIGTERM (it drains), waits for all,
+# reports each, exits RC, or 1 when a node did not exit 0.
+stop() {
+  local rc=$1 i live=()
+  trap - EXIT
+  for i in 0 1 2; do
+    [[ -n ${pids[$i]:-} && -z ${reported[$i]:-} ]] && live+=("$i")
+  done
+  # A second Ctrl-C: a second SIGTERM, the gateway stops at once.
+  trap 'for i in "${live[@]}"; do kill -TERM "${pids[$i]}" 2>/dev/null || true; done' INT TERM
+  echo
+  echo "stopping ${#live[@]} nodes (SIGTERM, each drains; Ctrl-C again stops them at once)..."
+  for i in "${live[@]}"; do kill -TERM "${pids[$i]}" 2>/dev/null || true; done
+  for i in "${live[@]}"; do
+    wait_node "$i"
+    reported[$i]=1
+    if [[ $status == 0 ]]; then
+      echo "cluster: ${names[$i]} (pid ${pids[$i]}) drained and exited 0"
+    else
+      echo "cluster: ${names[$i]} (pid ${pids[$i]}) exited with status $status; log: $LOG_DIR/${names[$i]}.log" >&2
+      rc=1
+    fi
+  done
+  echo "stopped; logs in $LOG_DIR"
+  exit "$rc"
+}
+trap 'stop 0' INT TERM
+trap 'stop $?' EXIT
+
+# Each node in a session of its own (no terminal signals), and with setpriv
+# SIGTERM when the script dies.
+launch=()
+command -v setsid >/dev/null && launch=(setsid)
+if command -v setpriv >/dev/null && setpriv --help 2>&1 | grep -q -- --pdeathsig; then
+  launch+=(setpriv --pdeathsig TERM --)
+fi
+
 # start_node I: start node I (0-2) in the background, appending to its log.
 start_node() {
   local i=$1 port=$((BASE_PORT + $1))
-  ADDR=127.0.0.1:$port NODE_NAME=${names[$i]} "$BIN" >>"$LOG_DIR/${names[$i]}.log" 2>&1 &
+  ADDR=127.0.0.1:$port NODE_NAME=${names[$i]} "${launch[@]}" "$BIN" >>"$LOG_DIR/${names[$i]}.log" 2>&1 &
   pids[i]=$!
 }
 for i in 0 1 2; do start_node "$i"; done
+echo "cluster: starting node1 (pid ${pids[0]}), node2 (pid ${pids[1]}), node3 (pid ${pids[2]}); logs in $LOG_DIR"
 
-# Wait until each node listens.
+# Wait until each node listens; a node that exits first stops the script.
+deadline=$((SECONDS + ${START_TIMEOUT:-60}))
 for i in 0 1 2; do
   port=$((BASE_PORT + i))
-  for _ in $(seq 1 100); do
-    curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-    kill -0 "${pids[$i]}" 2>/dev/null || { echo "cluster: ${names[$i]} exited:" >&2; tail -20 "$LOG_DIR/${names[$i]}.log" >&2; exit 1; }
+  until curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$port/healthz" 2>/dev/null; do
+    if ! kill -0 "${pids[$i]}" 2>/dev/null; then
+      wait_node "$i"
+      reported[$i]=1
+      echo "cluster: ${names[$i]} failed to start (exit status $status); last lines of $LOG_DIR/${names[$i]}.log:" >&2
+      tail -20 "$LOG_DIR/${names[$i]}.log" >&2
+      stop 1
+    fi
+    if ((SECONDS > deadline)); then
+      echo "cluster: ${names[$i]} did not answer http://127.0.0.1:$port/healthz within ${START_TIMEOUT:-60} s; last lines of $LOG_DIR/${names[$i]}.log:" >&2
+      tail -20 "$LOG_DIR/${names[$i]}.log" >&2
+      stop 1
+    fi
     sleep 0.1
   done
 done
@@ -103,13 +181,11 @@ EOF
 
 # Watch the nodes: report one that dies and keep the others running; restart
 # a node on request (its number on stdin). Ctrl-C runs the trap.
-declare -A reported=()
 while true; do
   for i in 0 1 2; do
     if [[ -z ${reported[$i]:-} ]] && ! kill -0 "${pids[$i]}" 2>/dev/null; then
-      rc=0
-      wait "${pids[$i]}" 2>/dev/null || rc=$?
-      echo "cluster: ${names[$i]} (pid ${pids[$i]}) exited with status $rc; the others keep running. Type $((i + 1)) and Enter to restart it. Log: $LOG_DIR/${names[$i]}.log" >&2
+      wait_node "$i"
+      echo "cluster: ${names[$i]} (pid ${pids[$i]}) exited with status $status; the others keep running. Type $((i + 1)) and Enter to restart it. Log: $LOG_DIR/${names[$i]}.log" >&2
       reported[$i]=1
     fi
   done

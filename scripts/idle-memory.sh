@@ -17,13 +17,16 @@ mkdir -p "$OUT"
 go build -o bin/gateway ./cmd/gateway
 go build -o bin/relay-load ./cmd/relay-load
 ulimit -n 20000
-export JWT_SECRET=$(openssl rand -hex 32) ADMIN_TOKEN=admin-$(openssl rand -hex 12)
+export JWT_SECRET=$(bin/gateway secret --bytes 32) ADMIN_TOKEN=admin-$(bin/gateway secret --bytes 16)
 TOKEN=$(bin/gateway token --jwt-secret "$JWT_SECRET" --sub load --sessions '*' --ttl 2h)
 
 GODEBUG=${PROFILE_RATE:+memprofilerate=$PROFILE_RATE} ADDR=127.0.0.1:$PORT LOG_LEVEL=warn bin/gateway >"$OUT/gateway.log" 2>&1 &
 gw=$!
-# Wait for the gateway to finish draining: until then it holds PORT.
-trap 'kill "$gw" 2>/dev/null; wait "$gw" 2>/dev/null; true' EXIT
+# On exit stop what this script started, by pid: the load process (once
+# started) and the gateway, waiting for the gateway to finish draining (until
+# then it holds PORT).
+load=
+trap '[ -n "$load" ] && { kill "$load" 2>/dev/null; wait "$load" 2>/dev/null; }; kill "$gw" 2>/dev/null; wait "$gw" 2>/dev/null; true' EXIT
 for _ in $(seq 1 100); do curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 snap() {
   local tag=$1 a="Authorization: Bearer $ADMIN_TOKEN" base=http://127.0.0.1:$PORT

@@ -65,6 +65,7 @@ for p in $(seq 1 "$PROCS"); do
   bin/relay-load -ws "$WS" -post "$POST" -token "$TOKEN" -sockets "$per" -sessions 1 -prefix "$prefix" \
     -rate "$rate" -words "$WORDS" -duration "$DURATION" -pids "$gw_pids" >"$LOG_DIR/relay-load-$p.out" 2>&1 &
   lpids+=($!)
+  pids+=($!) # stopped on exit with the nodes
 done
 status=0
 for p in "${lpids[@]}"; do wait "$p" || status=1; done

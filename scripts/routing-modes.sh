@@ -103,6 +103,7 @@ for i in "${nodes[@]}"; do
     -sockets "$SOCKETS" -sessions "$SESSIONS" -prefix "$prefix" -rate "$rate" -duration "$dur" \
     >"$LOG_DIR/load-node$i.out" 2>&1 &
   lpids+=($!)
+  pids+=($!) # stopped on exit with the nodes
 done
 # The window starts when every load process has joined its sockets.
 for i in "${nodes[@]}"; do

@@ -20,6 +20,10 @@ func TestMain(m *testing.M) {
 		helperNode()
 		return
 	}
+	if os.Getenv(parentEnv) == "1" {
+		helperParent()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -95,13 +96,21 @@ func (p *Proc) Start() error {
 	cmd.Stdout, cmd.Stderr = p.stdout, p.stderr
 	cmd.SysProcAttr = sysProcAttr()
 	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("proctest: start %s: %w", p.name, err)
-	}
 	exited := make(chan struct{})
-	p.cmd, p.exited, p.state, p.paused, p.started = cmd, exited, nil, false, time.Now()
 	stdout, stderr := p.stdout, p.stderr
+	startErr := make(chan error, 1)
 	go func() {
+		// On Linux the child gets SIGKILL when the thread that started it
+		// ends (Pdeathsig), and the Go runtime may end a thread. This
+		// goroutine keeps its thread for the child's life: it starts the
+		// child, waits for it, and only then returns (ending the thread, as
+		// it stays locked).
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			startErr <- err
+			return
+		}
+		startErr <- nil
 		_ = cmd.Wait()
 		stdout.flush()
 		stderr.flush()
@@ -111,6 +120,10 @@ func (p *Proc) Start() error {
 		p.logs.Add(fmt.Sprintf("--- proctest: %s incarnation exited: %v ---", p.name, cmd.ProcessState))
 		close(exited)
 	}()
+	if err := <-startErr; err != nil {
+		return fmt.Errorf("proctest: start %s: %w", p.name, err)
+	}
+	p.cmd, p.exited, p.state, p.paused, p.started = cmd, exited, nil, false, time.Now()
 	return nil
 }
 

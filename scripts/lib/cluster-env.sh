@@ -14,13 +14,13 @@ pids=()
 cluster_env() {
   go build -o bin/gateway ./cmd/gateway
   go build -o bin/relay-load ./cmd/relay-load
-  run=$(openssl rand -hex 4)
+  run=$(bin/gateway secret --bytes 16 | cut -c1-8)
   schema=$1_$run
   export CLUSTER=$1-$run
   export DATABASE_URL="$PG?sslmode=disable&search_path=$schema"
-  export JWT_SECRET=$(openssl rand -hex 32)
-  export API_KEYS=key-$(openssl rand -hex 12)
-  export ADMIN_TOKEN=admin-$(openssl rand -hex 12)
+  export JWT_SECRET=$(bin/gateway secret --bytes 32)
+  export API_KEYS=key-$(bin/gateway secret --bytes 16)
+  export ADMIN_TOKEN=admin-$(bin/gateway secret --bytes 16)
   export LOG_LEVEL=warn ECHO_DELAY=${ECHO_DELAY:-20ms}
   export MUSTER_HEARTBEAT=${MUSTER_HEARTBEAT:-1s} MUSTER_PEER_DOWN=${MUSTER_PEER_DOWN:-5s}
   LOG_DIR=$(mktemp -d -t "relay-$1.XXXXXX")
