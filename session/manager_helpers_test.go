@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 )
@@ -83,11 +84,11 @@ func (t *fakeTimer) Stop() bool {
 // runs inside Publish (on the actor goroutine) before the event is kept.
 type recorder struct {
 	mu      sync.Mutex
-	events  []Event
-	onEvent func(Event)
+	events  []agent.Event
+	onEvent func(agent.Event)
 }
 
-func (r *recorder) Publish(_ context.Context, ev Event) error {
+func (r *recorder) Publish(_ context.Context, ev agent.Event) error {
 	r.mu.Lock()
 	hook := r.onEvent
 	r.mu.Unlock()
@@ -100,20 +101,20 @@ func (r *recorder) Publish(_ context.Context, ev Event) error {
 	return nil
 }
 
-func (r *recorder) setHook(f func(Event)) {
+func (r *recorder) setHook(f func(agent.Event)) {
 	r.mu.Lock()
 	r.onEvent = f
 	r.mu.Unlock()
 }
 
-func (r *recorder) all() []Event {
+func (r *recorder) all() []agent.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Event(nil), r.events...)
+	return append([]agent.Event(nil), r.events...)
 }
 
-func (r *recorder) ofType(typ string) []Event {
-	var out []Event
+func (r *recorder) ofType(typ string) []agent.Event {
+	var out []agent.Event
 	for _, ev := range r.all() {
 		if ev.Type == typ {
 			out = append(out, ev)
@@ -128,20 +129,20 @@ func (r *recorder) ofType(typ string) []Event {
 type blockAgent struct {
 	pre      []string
 	post     string
-	started  chan Turn
+	started  chan agent.Turn
 	release  chan struct{}
 	onCancel func(ctx context.Context) // runs when ctx ends while blocked
 	postErr  chan error                // receives the emit error of post
 }
 
 func newBlockAgent() *blockAgent {
-	return &blockAgent{started: make(chan Turn, 64), release: make(chan struct{}), postErr: make(chan error, 64)}
+	return &blockAgent{started: make(chan agent.Turn, 64), release: make(chan struct{}), postErr: make(chan error, 64)}
 }
 
-func (b *blockAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+func (b *blockAgent) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 	for _, d := range b.pre {
-		if err := emit(ctx, TypeDelta, deltaData{Text: d}); err != nil {
-			return Message{}, err
+		if err := emit(ctx, agent.TypeDelta, deltaData{Text: d}); err != nil {
+			return agent.Message{}, err
 		}
 	}
 	b.started <- turn
@@ -151,16 +152,16 @@ func (b *blockAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, er
 		if b.onCancel != nil {
 			b.onCancel(ctx)
 		}
-		return Message{}, ctx.Err()
+		return agent.Message{}, ctx.Err()
 	}
 	if b.post != "" {
-		err := emit(ctx, TypeDelta, deltaData{Text: b.post})
+		err := emit(ctx, agent.TypeDelta, deltaData{Text: b.post})
 		b.postErr <- err
 		if err != nil {
-			return Message{}, err
+			return agent.Message{}, err
 		}
 	}
-	return Message{Role: "assistant", Content: "done"}, nil
+	return agent.Message{Role: "assistant", Content: "done"}, nil
 }
 
 // flakyLeases wraps a LeaseStore; while failing is set, Claim fails as an
@@ -247,15 +248,15 @@ func submit(t *testing.T, m *Manager, id, text string) Accepted {
 	return acc
 }
 
-func textInput(text, key string) Input {
+func textInput(text, key string) agent.Input {
 	data, _ := json.Marshal(map[string]string{"text": text})
-	return Input{Type: "message", Data: data, IdempotencyKey: key}
+	return agent.Input{Type: "message", Data: data, IdempotencyKey: key}
 }
 
 // logEvents reads a session's whole replay log.
-func logEvents(t *testing.T, l ReplayLog, id string) []Event {
+func logEvents(t *testing.T, l ReplayLog, id string) []agent.Event {
 	t.Helper()
-	evs, _, err := l.Since(context.Background(), id, Position{}, 0)
+	evs, _, err := l.Since(context.Background(), id, agent.Position{}, 0)
 	if err != nil {
 		t.Fatalf("read log of %s: %v", id, err)
 	}
@@ -264,7 +265,7 @@ func logEvents(t *testing.T, l ReplayLog, id string) []Event {
 
 // assertIncreasing fails unless evs are in strictly increasing position
 // and seq order.
-func assertIncreasing(t *testing.T, evs []Event) {
+func assertIncreasing(t *testing.T, evs []agent.Event) {
 	t.Helper()
 	for i := 1; i < len(evs); i++ {
 		if !evs[i-1].Pos().Less(evs[i].Pos()) || evs[i-1].Seq >= evs[i].Seq {
@@ -285,8 +286,8 @@ func loadStored(t *testing.T, s SessionStore, id string) StoredSession {
 }
 
 // messages returns the messages of stored history entries.
-func messages(h []StoredMessage) []Message {
-	out := make([]Message, len(h))
+func messages(h []StoredMessage) []agent.Message {
+	out := make([]agent.Message, len(h))
 	for i, m := range h {
 		out[i] = m.Message
 	}
@@ -303,7 +304,7 @@ func state(t *testing.T, m *Manager, id string) State {
 	return st
 }
 
-func types(evs []Event) []string {
+func types(evs []agent.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Type

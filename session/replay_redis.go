@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // DefaultReplayMaxLen is the number of events a replay log keeps per session
@@ -113,7 +115,7 @@ return {floor, entries}
 `)
 
 // Append implements ReplayLog.
-func (l *RedisReplayLog) Append(ctx context.Context, ev Event) error {
+func (l *RedisReplayLog) Append(ctx context.Context, ev agent.Event) error {
 	if err := checkAppendPos(ev.Pos()); err != nil {
 		return err
 	}
@@ -137,7 +139,7 @@ func (l *RedisReplayLog) Append(ctx context.Context, ev Event) error {
 }
 
 // Since implements ReplayLog. limit <= 0 means no limit.
-func (l *RedisReplayLog) Since(ctx context.Context, session string, after Position, limit int) ([]Event, bool, error) {
+func (l *RedisReplayLog) Since(ctx context.Context, session string, after agent.Position, limit int) ([]agent.Event, bool, error) {
 	start := "-"
 	if !after.IsZero() {
 		start = "(" + after.String()
@@ -153,7 +155,7 @@ func (l *RedisReplayLog) Since(ctx context.Context, session string, after Positi
 	if err != nil {
 		return nil, false, fmt.Errorf("session: since %q: %w", session, err)
 	}
-	events := make([]Event, 0, len(entries))
+	events := make([]agent.Event, 0, len(entries))
 	for _, e := range entries {
 		ev, err := parseEntry(session, e)
 		if err != nil {
@@ -166,51 +168,51 @@ func (l *RedisReplayLog) Since(ctx context.Context, session string, after Positi
 
 // Top implements ReplayLog: the id of the stream's last entry (one
 // XREVRANGE).
-func (l *RedisReplayLog) Top(ctx context.Context, session string) (Position, bool, error) {
+func (l *RedisReplayLog) Top(ctx context.Context, session string) (agent.Position, bool, error) {
 	entries, err := l.client.XRevRangeN(ctx, l.Key(session), "+", "-", 1).Result()
 	if err != nil {
-		return Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
+		return agent.Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
 	}
 	if len(entries) == 0 {
-		return Position{}, false, nil
+		return agent.Position{}, false, nil
 	}
 	p, err := parseStreamID(entries[0].ID)
 	if err != nil {
-		return Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
+		return agent.Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
 	}
 	return p, true, nil
 }
 
-func parseSinceReply(res any) (Position, []any, error) {
+func parseSinceReply(res any) (agent.Position, []any, error) {
 	parts, ok := res.([]any)
 	if !ok || len(parts) != 2 {
-		return Position{}, nil, fmt.Errorf("unexpected reply %T", res)
+		return agent.Position{}, nil, fmt.Errorf("unexpected reply %T", res)
 	}
 	id, _ := parts[0].(string)
 	floor, err := parseStreamID(id)
 	if err != nil {
-		return Position{}, nil, err
+		return agent.Position{}, nil, err
 	}
 	entries, ok := parts[1].([]any)
 	if !ok {
-		return Position{}, nil, fmt.Errorf("unexpected entries %T", parts[1])
+		return agent.Position{}, nil, fmt.Errorf("unexpected entries %T", parts[1])
 	}
 	return floor, entries, nil
 }
 
 // parseEntry decodes one XRANGE entry: [id, [field, value, ...]].
-func parseEntry(session string, raw any) (Event, error) {
+func parseEntry(session string, raw any) (agent.Event, error) {
 	e, ok := raw.([]any)
 	if !ok || len(e) != 2 {
-		return Event{}, fmt.Errorf("unexpected entry %T", raw)
+		return agent.Event{}, fmt.Errorf("unexpected entry %T", raw)
 	}
 	id, _ := e[0].(string)
 	p, err := parseStreamID(id)
 	if err != nil {
-		return Event{}, err
+		return agent.Event{}, err
 	}
 	fields, _ := e[1].([]any)
-	ev := Event{Session: session, Epoch: p.Epoch, Seq: p.Seq}
+	ev := agent.Event{Session: session, Epoch: p.Epoch, Seq: p.Seq}
 	for i := 0; i+1 < len(fields); i += 2 {
 		k, _ := fields[i].(string)
 		v, _ := fields[i+1].(string)
@@ -223,12 +225,12 @@ func parseEntry(session string, raw any) (Event, error) {
 			}
 		case "a":
 			if ev.At, err = time.Parse(time.RFC3339Nano, v); err != nil {
-				return Event{}, fmt.Errorf("entry %s: time: %w", id, err)
+				return agent.Event{}, fmt.Errorf("entry %s: time: %w", id, err)
 			}
 		case "p":
 			prev, err := parseStreamID(v)
 			if err != nil {
-				return Event{}, fmt.Errorf("entry %s: prev: %w", id, err)
+				return agent.Event{}, fmt.Errorf("entry %s: prev: %w", id, err)
 			}
 			ev.Prev = &prev
 		}
@@ -237,14 +239,14 @@ func parseEntry(session string, raw any) (Event, error) {
 }
 
 // parseStreamID parses a stream id "E-S" into a position.
-func parseStreamID(id string) (Position, error) {
+func parseStreamID(id string) (agent.Position, error) {
 	e, s, ok := strings.Cut(id, "-")
 	if ok {
 		epoch, err1 := strconv.ParseInt(e, 10, 64)
 		seq, err2 := strconv.ParseInt(s, 10, 64)
 		if err1 == nil && err2 == nil {
-			return Position{Epoch: epoch, Seq: seq}, nil
+			return agent.Position{Epoch: epoch, Seq: seq}, nil
 		}
 	}
-	return Position{}, fmt.Errorf("bad stream id %q", id)
+	return agent.Position{}, fmt.Errorf("bad stream id %q", id)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/storetest"
@@ -54,8 +55,8 @@ func TestRedisReplayLog(t *testing.T) {
 	})
 }
 
-func redisEvent(id string, epoch, seq int64) session.Event {
-	return session.Event{Session: id, Epoch: epoch, Seq: seq, Type: session.TypeDelta,
+func redisEvent(id string, epoch, seq int64) agent.Event {
+	return agent.Event{Session: id, Epoch: epoch, Seq: seq, Type: agent.TypeDelta,
 		Data: []byte(`{"text":"x"}`), At: time.Unix(1700000000, 0).UTC()}
 }
 
@@ -79,7 +80,7 @@ func TestRedisReplayAppendAndSince(t *testing.T) {
 	if len(msgs) != 3 || msgs[0].ID != "1-1" || msgs[2].ID != "1-3" {
 		t.Fatalf("stream entries = %v", msgs)
 	}
-	evs, complete, err := l.Since(ctx, "s1", session.Position{Epoch: 1, Seq: 1}, 0)
+	evs, complete, err := l.Since(ctx, "s1", agent.Position{Epoch: 1, Seq: 1}, 0)
 	if err != nil || !complete || len(evs) != 2 || evs[0].Seq != 2 || evs[1].Seq != 3 {
 		t.Fatalf("since 1-1 = %+v complete %v err %v", evs, complete, err)
 	}
@@ -114,14 +115,14 @@ func TestRedisReplayMaxLenTrims(t *testing.T) {
 			t.Fatalf("after %d appends length = %d, %v; want %d", s, n, err, min(s, 4))
 		}
 	}
-	evs, complete, err := l.Since(ctx, "s", session.Position{}, 0)
+	evs, complete, err := l.Since(ctx, "s", agent.Position{}, 0)
 	if err != nil || complete || len(evs) != 4 || evs[0].Seq != 7 {
 		t.Fatalf("since 0 after trimming = %d events from %v, complete %v, err %v; want 7..10 incomplete", len(evs), evs[0].Pos(), complete, err)
 	}
-	if _, complete, _ := l.Since(ctx, "s", session.Position{Epoch: 1, Seq: 6}, 0); !complete {
+	if _, complete, _ := l.Since(ctx, "s", agent.Position{Epoch: 1, Seq: 6}, 0); !complete {
 		t.Fatal("since 1-6 (the newest trimmed) should be complete")
 	}
-	if _, complete, _ := l.Since(ctx, "s", session.Position{Epoch: 1, Seq: 5}, 0); complete {
+	if _, complete, _ := l.Since(ctx, "s", agent.Position{Epoch: 1, Seq: 5}, 0); complete {
 		t.Fatal("since 1-5 should be incomplete: 1-6 was trimmed")
 	}
 }
@@ -161,7 +162,7 @@ func BenchmarkRedisAppend(b *testing.B) {
 	client, prefix := testenv.Redis(b)
 	l := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour})
 	ctx := context.Background()
-	ev := session.Event{Session: "s", Epoch: 1, Type: session.TypeDelta,
+	ev := agent.Event{Session: "s", Epoch: 1, Type: agent.TypeDelta,
 		Data: []byte(`{"text":"a short streamed delta of a reply"}`), At: time.Now().UTC()}
 	b.Run("sequential", func(b *testing.B) {
 		ev := ev

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
 )
@@ -36,7 +37,7 @@ func BenchmarkPostgresSession2000Turns(b *testing.B) {
 		ends, accepts, starts = make([]time.Duration, 0, turns), make([]time.Duration, 0, turns), make([]time.Duration, 0, turns)
 		seq := int64(0)
 		for turn := range turns {
-			in := session.Input{Type: "message", Data: data, IdempotencyKey: fmt.Sprint("k", turn)}
+			in := agent.Input{Type: "message", Data: data, IdempotencyKey: fmt.Sprint("k", turn)}
 			seq++
 			e := session.InboxEntry{Epoch: 1, Seq: seq, Input: in, BodyHash: session.InputHash(in)}
 			start := time.Now()
@@ -50,7 +51,7 @@ func BenchmarkPostgresSession2000Turns(b *testing.B) {
 			}
 			starts = append(starts, time.Since(start))
 			seq += 4 // turn_started, a delta, message, turn_completed
-			rec := session.TurnRecord{Input: e.Pos(), Seq: seq, Messages: []session.Message{{Role: "user", Content: question}, {Role: "assistant", Content: answer}}}
+			rec := session.TurnRecord{Input: e.Pos(), Seq: seq, Messages: []agent.Message{{Role: "user", Content: question}, {Role: "assistant", Content: answer}}}
 			start = time.Now()
 			if err := store.CompleteTurn(ctx, key, 1, rec); err != nil {
 				b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
 )
@@ -75,11 +76,11 @@ func TestStoresUnreachableAreErrorsNotVerdicts(t *testing.T) {
 		"release": leases.Release(cctx, "k", "a/1", l.Epoch),
 		"get":     func() error { _, _, err := leases.Get(cctx, "k"); return err }(),
 		"thaw":    func() error { _, err := store.Thaw(cctx, "k", 1, session.ThawQuery{}); return err }(),
-		"accept":  store.Accept(cctx, "k", 1, session.InboxEntry{Epoch: 1, Seq: 1, Input: session.Input{Type: "m", Data: []byte(`{}`)}}, time.Hour),
+		"accept":  store.Accept(cctx, "k", 1, session.InboxEntry{Epoch: 1, Seq: 1, Input: agent.Input{Type: "m", Data: []byte(`{}`)}}, time.Hour),
 		"turn":    store.CompleteTurn(cctx, "k", 1, session.TurnRecord{Seq: 1}),
 		"read":    func() error { _, _, err := store.Read(cctx, "k", session.HistoryQuery{Limit: 1}); return err }(),
 		"append":  replay.Append(cctx, redisEvent("s", 1, 2)),
-		"since":   func() error { _, _, err := replay.Since(cctx, "s", session.Position{}, 0); return err }(),
+		"since":   func() error { _, _, err := replay.Since(cctx, "s", agent.Position{}, 0); return err }(),
 	} {
 		if err == nil || isVerdict(err) {
 			t.Errorf("%s while the store is cut off = %v, want a plain error", name, err)

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // PostgresSessionStore is the cluster SessionStore, on the tables of
@@ -206,7 +208,7 @@ func (s *PostgresSessionStore) CompleteTurn(ctx context.Context, key string, epo
 }
 
 // StartTurn implements SessionStore (one statement).
-func (s *PostgresSessionStore) StartTurn(ctx context.Context, key string, epoch int64, input Position, attempt int) error {
+func (s *PostgresSessionStore) StartTurn(ctx context.Context, key string, epoch int64, input agent.Position, attempt int) error {
 	var n int64
 	err := s.pool.QueryRow(ctx, startTurnSQL, key, epoch, input.Epoch, input.Seq, attempt).Scan(&n)
 	if err != nil {
