@@ -18,7 +18,7 @@ import (
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/internal/testenv"
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // newCluster is proctest.NewCluster with the package's binary.
@@ -108,7 +108,7 @@ func replayLog(t *testing.T, c *proctest.Cluster, id string) []agent.Event {
 	}
 	rc := redis.NewClient(opts)
 	defer rc.Close()
-	log := session.NewRedisReplayLog(rc, session.RedisReplayConfig{Prefix: c.Name + ":"})
+	log := redisstore.NewReplayLog(rc, redisstore.ReplayConfig{Prefix: c.Name + ":"})
 	evs, _, err := log.Since(timeout(t, 10*time.Second), id, agent.Position{}, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func TestReplayLogOutageKeepsPublishing(t *testing.T) {
 	prefix := testenv.RedisPrefix(t, client)
 
 	st := memoryStores()
-	st.log = NewRedisReplayLog(client, RedisReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour})
+	st.log = clusterAdapters(t).ReplayLog(client, prefix, 1000, time.Hour)
 	tr := trace.New()
 	cfg, rec, _ := testConfig(st, "a/1", tr)
 	cfg.StoreTimeout = 2 * time.Second

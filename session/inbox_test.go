@@ -210,7 +210,7 @@ func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
 // is a new event. Store time passes by moving accepted_at into the past.
 func TestKeyRetentionOnDatabaseClock(t *testing.T) {
 	pool := testenv.Postgres(t)
-	st := &stores{leases: NewPostgresLeaseStore(pool), store: NewPostgresSessionStore(pool), log: NewMemoryReplayLog(1000, 0)}
+	st := &stores{leases: clusterAdapters(t).LeaseStore(pool), store: clusterAdapters(t).SessionStore(pool), log: NewMemoryReplayLog(1000, 0)}
 	ctx := context.Background()
 	age := func(d time.Duration) {
 		t.Helper()
@@ -361,6 +361,6 @@ func proxiedSessionStore(t *testing.T) (*stores, *testenv.TCPProxy, *pgxpool.Poo
 	}
 	t.Cleanup(pool.Close)
 	st := memoryStores()
-	st.store = NewPostgresSessionStore(pool)
+	st.store = clusterAdapters(t).SessionStore(pool)
 	return st, proxy, pool
 }

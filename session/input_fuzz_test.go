@@ -14,6 +14,7 @@ import (
 	"github.com/relaygw/relay/gateway"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
 )
 
 // FuzzInputCheckpoints: whatever the input decoder (gateway.DecodeInput, the
@@ -41,7 +42,7 @@ func FuzzInputCheckpoints(f *testing.F) {
 	stores := []struct {
 		name string
 		s    session.SessionStore
-	}{{"memory", session.NewMemorySessionStore()}, {"postgres", session.NewPostgresSessionStore(testenv.Postgres(f))}}
+	}{{"memory", session.NewMemorySessionStore()}, {"postgres", pgstore.NewSessionStore(testenv.Postgres(f))}}
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in, err := gateway.DecodeInput(body)

@@ -10,6 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/redis/go-redis/v9"
+
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
@@ -182,6 +186,29 @@ func (f *flakyLeases) Claim(ctx context.Context, key, owner string, ttl time.Dur
 
 // stores is one set of shared stores (as one database and one Redis would
 // be for a cluster), plus a way to make store time pass.
+// ClusterAdapters builds the cluster store adapters (session/pgstore,
+// session/redisstore) for this package's in-package tests. Those packages
+// import session, so a file of package session cannot import them;
+// adapters_test.go (package session_test, linked into the same test
+// binary) sets it in an init, before any test runs.
+var ClusterAdapters *Adapters
+
+// Adapters are constructors of the cluster store adapters.
+type Adapters struct {
+	LeaseStore   func(pool *pgxpool.Pool) LeaseStore
+	SessionStore func(pool *pgxpool.Pool) SessionStore
+	ReplayLog    func(client redis.UniversalClient, prefix string, maxLen int64, ttl time.Duration) ReplayLog
+}
+
+// clusterAdapters returns ClusterAdapters, failing t when no file set it.
+func clusterAdapters(t *testing.T) *Adapters {
+	t.Helper()
+	if ClusterAdapters == nil {
+		t.Fatal("session.ClusterAdapters is unset: adapters_test.go sets it")
+	}
+	return ClusterAdapters
+}
+
 type stores struct {
 	leases LeaseStore
 	store  SessionStore
@@ -334,9 +361,9 @@ func clusterStores(t *testing.T) *stores {
 	pool := testenv.Postgres(t)
 	client, prefix := testenv.Redis(t)
 	return &stores{
-		leases: NewPostgresLeaseStore(pool),
-		store:  NewPostgresSessionStore(pool),
-		log:    NewRedisReplayLog(client, RedisReplayConfig{Prefix: prefix, MaxLen: 10_000, TTL: time.Hour}),
+		leases: clusterAdapters(t).LeaseStore(pool),
+		store:  clusterAdapters(t).SessionStore(pool),
+		log:    clusterAdapters(t).ReplayLog(client, prefix, 10_000, time.Hour),
 		advance: func(t *testing.T, d time.Duration) {
 			t.Helper()
 			if _, err := pool.Exec(context.Background(), "UPDATE agent_leases SET expires_at = expires_at - $1::interval", d); err != nil {

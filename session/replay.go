@@ -7,6 +7,10 @@ import (
 	"github.com/relaygw/relay/agent"
 )
 
+// DefaultReplayMaxLen is the number of events a replay log keeps per session
+// when none is configured.
+const DefaultReplayMaxLen = 1000
+
 // ReplayReason says why a replay did not recover a joiner's stream
 // (docs/OWNERSHIP.md "Join (observe)"). It is the join reply's "reason".
 type ReplayReason string
@@ -163,4 +167,25 @@ func Replay(ctx context.Context, log ReplayLog, id string, cursor agent.Position
 // whose Prev is at or before last).
 func Contiguous(last agent.Position, ev agent.Event) bool {
 	return last.Less(ev.Pos()) && !missed(last, ev)
+}
+
+// FreshFloor is the floor of a replay log created by appending first:
+// everything before first is unknown, except that Seq 1 starts a session's
+// history (floor 0-0). Every ReplayLog implementation records it when a
+// session's log starts.
+func FreshFloor(first agent.Position) agent.Position {
+	if first.Seq <= 1 {
+		return agent.Position{}
+	}
+	return agent.Position{Epoch: first.Epoch, Seq: first.Seq - 1}
+}
+
+// CheckAppendPos is the position check of ReplayLog.Append: nil for a
+// position above 0-0, else an error naming it ("session: append at E-S:
+// position must be above 0-0"); Append then stores nothing.
+func CheckAppendPos(p agent.Position) error {
+	if p.Epoch < 0 || p.Seq < 0 || p.IsZero() {
+		return fmt.Errorf("session: append at %v: position must be above 0-0", p)
+	}
+	return nil
 }

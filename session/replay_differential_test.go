@@ -13,6 +13,7 @@ import (
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // TestReplayLogsAgree drives the memory and the Redis replay logs with the
@@ -29,7 +30,7 @@ func TestReplayLogsAgree(t *testing.T) {
 		maxLen := rapid.IntRange(1, 6).Draw(rt, "maxLen")
 		clock := session.NewManualClock(time.Unix(1000, 0))
 		mem := session.NewMemoryReplayLog(maxLen, ttl, session.WithMemoryClock(clock.Now))
-		red := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: runPrefix, MaxLen: int64(maxLen), TTL: ttl})
+		red := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: runPrefix, MaxLen: int64(maxLen), TTL: ttl})
 		sessionGen := rapid.SampledFrom([]string{"a", "b"})
 		posGen := rapid.Custom(func(rt *rapid.T) agent.Position {
 			return agent.Position{Epoch: int64(rapid.IntRange(0, 3).Draw(rt, "epoch")), Seq: int64(rapid.IntRange(0, 12).Draw(rt, "seq"))}
@@ -63,7 +64,7 @@ func TestReplayLogsAgree(t *testing.T) {
 			"time passes": func(rt *rapid.T) {
 				d := time.Duration(rapid.IntRange(1, 70).Draw(rt, "seconds")) * time.Second
 				clock.Advance(d)
-				shiftRedisTTLs(rt, client, runPrefix, d)
+				testenv.ShiftRedisTTLs(rt, client, runPrefix, d)
 			},
 		})
 	})

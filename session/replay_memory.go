@@ -73,28 +73,12 @@ func NewMemoryReplayLog(maxLen int, ttl time.Duration, opts ...MemoryOption) *Me
 	return &MemoryReplayLog{maxLen: maxLen, ttl: ttl, now: o.now, logs: make(map[string]*memoryStream)}
 }
 
-// freshFloor is the floor of a log created by appending first: everything
-// before first is unknown, except that Seq 1 starts a session's history.
-func freshFloor(first agent.Position) agent.Position {
-	if first.Seq <= 1 {
-		return agent.Position{}
-	}
-	return agent.Position{Epoch: first.Epoch, Seq: first.Seq - 1}
-}
-
-func checkAppendPos(p agent.Position) error {
-	if p.Epoch < 0 || p.Seq < 0 || p.IsZero() {
-		return fmt.Errorf("session: append at %v: position must be above 0-0", p)
-	}
-	return nil
-}
-
 // Append implements ReplayLog.
 func (l *MemoryReplayLog) Append(ctx context.Context, ev agent.Event) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("session: append %q: %w", ev.Session, err)
 	}
-	if err := checkAppendPos(ev.Pos()); err != nil {
+	if err := CheckAppendPos(ev.Pos()); err != nil {
 		return err
 	}
 	ev.Data = append([]byte(nil), ev.Data...)
@@ -104,7 +88,7 @@ func (l *MemoryReplayLog) Append(ctx context.Context, ev agent.Event) error {
 	l.sweep(now)
 	s := l.live(ev.Session, now)
 	if s == nil {
-		s = &memoryStream{floor: freshFloor(ev.Pos())}
+		s = &memoryStream{floor: FreshFloor(ev.Pos())}
 		l.logs[ev.Session] = s
 	} else if top := s.events[len(s.events)-1].Pos(); !top.Less(ev.Pos()) {
 		return fmt.Errorf("session: append %q at %v (top %v): %w", ev.Session, ev.Pos(), top, ErrFenced)

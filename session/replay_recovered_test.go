@@ -8,6 +8,7 @@ import (
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // recoveredLog is a replay log of the recovered table with a way to make
@@ -22,7 +23,7 @@ func recoveredLogs(t *testing.T, maxLen int) map[string]recoveredLog {
 	clock := session.NewManualClock(time.Unix(1700000000, 0))
 	mem := session.NewMemoryReplayLog(maxLen, time.Minute, session.WithMemoryClock(clock.Now))
 	client, prefix := testenv.Redis(t)
-	red := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: int64(maxLen), TTL: time.Minute})
+	red := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: int64(maxLen), TTL: time.Minute})
 	return map[string]recoveredLog{
 		// The memory log expires every session at once; each case appends
 		// to its own session after the expiry it needs, so the table keeps

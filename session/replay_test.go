@@ -12,6 +12,7 @@ import (
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // replayLogs returns a memory and a Redis replay log, each keeping maxLen
@@ -21,7 +22,7 @@ func replayLogs(t *testing.T, maxLen int) map[string]session.ReplayLog {
 	client, prefix := testenv.Redis(t)
 	return map[string]session.ReplayLog{
 		"memory": session.NewMemoryReplayLog(maxLen, time.Minute),
-		"redis":  session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: int64(maxLen), TTL: time.Minute}),
+		"redis":  redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: int64(maxLen), TTL: time.Minute}),
 	}
 }
 
@@ -174,7 +175,7 @@ func TestReplayUnavailable(t *testing.T) {
 	proxy := testenv.Proxy(t, addr)
 	proxied := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DB: client.(*redis.Client).Options().DB, MaxRetries: -1})
 	t.Cleanup(func() { _ = proxied.Close() })
-	log := session.NewRedisReplayLog(proxied, session.RedisReplayConfig{Prefix: prefix, TTL: time.Minute})
+	log := redisstore.NewReplayLog(proxied, redisstore.ReplayConfig{Prefix: prefix, TTL: time.Minute})
 	appendSeqs(t, log, "s", 1, 1, 2)
 
 	proxy.Cut()
@@ -188,4 +189,10 @@ func TestReplayUnavailable(t *testing.T) {
 	if res.Recovered || res.Reason != session.ReplayUnavailable || len(res.Events) != 0 || res.Top != cursor || res.Skip != cursor {
 		t.Fatalf("replay while cut off = %+v", res)
 	}
+}
+
+// redisEvent is a delta event of session id at epoch-seq.
+func redisEvent(id string, epoch, seq int64) agent.Event {
+	return agent.Event{Session: id, Epoch: epoch, Seq: seq, Type: agent.TypeDelta,
+		Data: []byte(`{"text":"x"}`), At: time.Unix(1700000000, 0).UTC()}
 }

@@ -84,7 +84,7 @@ type LeaseStore interface {
 // the inbox of accepted inputs whose turn has not completed, the history
 // (append-only, numbered from 1) and the idempotency keys accepted within
 // their retention. Implementations: MemorySessionStore (embedded default)
-// and PostgresSessionStore; both pass storetest.SessionStoreSuite.
+// and pgstore.SessionStore; both pass storetest.SessionStoreSuite.
 //
 // Every write is one atomic step fenced by the writer's epoch: it lands only
 // if the stored epoch is not ahead of the writer's, and raises the stored

@@ -12,6 +12,7 @@ import (
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
 )
 
 // BenchmarkPostgresSession2000Turns drives one session through 2,000 turns
@@ -23,7 +24,7 @@ import (
 // p50 and p99 of the inbox write and of the attempt count.
 // Run: go test -run '^$' -bench Session2000Turns -benchtime 1x ./session/
 func BenchmarkPostgresSession2000Turns(b *testing.B) {
-	store := session.NewPostgresSessionStore(testenv.Postgres(b))
+	store := pgstore.NewSessionStore(testenv.Postgres(b))
 	ctx := context.Background()
 	const turns, edge = 2000, 100
 	question, answer := strings.Repeat("q", 1024), strings.Repeat("a", 1024)

@@ -12,6 +12,8 @@ import (
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // An unreachable store must answer with an error that is none of the
@@ -42,9 +44,9 @@ func TestStoresUnreachableAreErrorsNotVerdicts(t *testing.T) {
 	proxied := redis.NewClient(&redis.Options{Addr: redisProxy.Addr(), DB: opts.DB, MaxRetries: -1})
 	t.Cleanup(func() { _ = proxied.Close() })
 
-	leases := session.NewPostgresLeaseStore(pool)
-	store := session.NewPostgresSessionStore(pool)
-	replay := session.NewRedisReplayLog(proxied, session.RedisReplayConfig{Prefix: prefix, TTL: time.Minute})
+	leases := pgstore.NewLeaseStore(pool)
+	store := pgstore.NewSessionStore(pool)
+	replay := redisstore.NewReplayLog(proxied, redisstore.ReplayConfig{Prefix: prefix, TTL: time.Minute})
 
 	l, err := leases.Claim(ctx, "k", "a/1", time.Minute)
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 const testSecret = "test-secret"
@@ -130,9 +132,9 @@ func clusterStores(t *testing.T) *stores {
 	pool := testenv.Postgres(t)
 	client, prefix := testenv.Redis(t)
 	return &stores{
-		leases: session.NewPostgresLeaseStore(pool),
-		store:  session.NewPostgresSessionStore(pool),
-		log:    session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour}),
+		leases: pgstore.NewLeaseStore(pool),
+		store:  pgstore.NewSessionStore(pool),
+		log:    redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour}),
 		rec:    newRecorder(),
 		advance: func(d time.Duration) {
 			if _, err := pool.Exec(context.Background(), "UPDATE agent_leases SET expires_at = expires_at - $1::interval", d); err != nil {
