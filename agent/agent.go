@@ -71,7 +71,7 @@ type Input struct {
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 	// Multitask is what the input does if it arrives while a turn runs:
 	// "enqueue", "reject" or "interrupt" ("": the session's mode, else
-	// Config.DoubleTexting). It is applied when the input is accepted and
+	// session.Config.DoubleTexting). It is applied when the input is accepted and
 	// not stored with it; on the session's first input it is stored as the
 	// session's mode instead (docs/OWNERSHIP.md "Turn control").
 	Multitask string `json:"multitask,omitempty"`

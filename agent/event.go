@@ -58,7 +58,7 @@ type Event struct {
 	// over, is the position of the previous epoch's last event as the new
 	// owner found it: the replay log's last event when the log reached back
 	// to the stored seq, else the stored (epoch, seq). A reader whose last
-	// event is before Prev missed the previous epoch's tail (Replay
+	// event is before Prev missed the previous epoch's tail (session.Replay
 	// reports it as replay_truncated).
 	Prev *Position `json:"prev,omitempty"`
 }

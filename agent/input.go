@@ -101,7 +101,8 @@ func ValidateInput(in Input) error {
 // ValidateData applies the input contract's depth, string and number
 // rules (RuleDepth, RuleNUL, RuleSurrogate, RuleNumber) to b, which must
 // already be valid JSON text (json.Valid), and returns nil or an
-// *InputError. StorableOutput checks what an agent emits with it. Outside strings only structure, literals and numbers occur, so a
+// *InputError. session.StorableOutput checks what an agent emits with it.
+// Outside strings only structure, literals and numbers occur, so a
 // byte-level walk that skips strings whole sees every bracket and number.
 func ValidateData(b []byte) error {
 	depth := 0
@@ -239,6 +240,7 @@ func InputText(in Input) string {
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
-// ValidID reports whether id is a valid session id: 1–128 characters of
+// ValidID reports whether id is a valid session id (or interrupt id, the
+// same form): 1–128 characters of
 // [A-Za-z0-9_.:-] (docs/OWNERSHIP.md "Wire contracts").
 func ValidID(id string) bool { return idPattern.MatchString(id) }
