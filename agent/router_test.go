@@ -3,8 +3,6 @@ package agent
 import (
 	"context"
 	"testing"
-
-	"github.com/relaygw/relay/session"
 )
 
 // named is a unit-test agent that answers with its name.
@@ -13,8 +11,8 @@ type named struct {
 	resumable bool
 }
 
-func (n named) Run(context.Context, session.Turn, session.Emit) (session.Message, error) {
-	return session.Message{Role: "assistant", Content: n.name}, nil
+func (n named) Run(context.Context, Turn, Emit) (Message, error) {
+	return Message{Role: "assistant", Content: n.name}, nil
 }
 
 func (n named) Resumable() bool { return n.resumable }
@@ -27,7 +25,7 @@ func TestRouter(t *testing.T) {
 		{Prefix: "support-vip-", Agent: named{"vip", true}},
 	})
 	for id, want := range map[string]string{"support-1": "support", "support-vip-1": "vip", "supp": "default", "demo-1": "default"} {
-		msg, err := r.Run(context.Background(), session.Turn{Session: id}, nil)
+		msg, err := r.Run(context.Background(), Turn{Session: id}, nil)
 		if err != nil || msg.Content != want {
 			t.Errorf("session %s ran on %q (%v), want %q", id, msg.Content, err, want)
 		}

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/session"
 )
 
 // checkerSeeds are the seeds of the checker's CI runs.
@@ -156,7 +156,7 @@ func runChecker(t *testing.T, seed uint64, cfg checkerConfig) report {
 			t.Fatalf("%s: the last event was not accepted: %s", id, answersString(dl.Answers))
 		}
 	}
-	data := runData{Histories: map[string][]proctest.HistoryMessage{}, Logs: map[string][]session.Event{}}
+	data := runData{Histories: map[string][]proctest.HistoryMessage{}, Logs: map[string][]agent.Event{}}
 	for i, id := range sessions {
 		probe := eventText("probe-" + id)
 		p := fc.nodes[i%len(fc.nodes)]
@@ -197,12 +197,12 @@ func runChecker(t *testing.T, seed uint64, cfg checkerConfig) report {
 // waitLogEnd reads session id's replay log until it ends with the reply to
 // text and turn_completed: the history shows a reply before the actor has
 // logged its message and turn_completed.
-func waitLogEnd(t *testing.T, c *proctest.Cluster, id, text string) []session.Event {
+func waitLogEnd(t *testing.T, c *proctest.Cluster, id, text string) []agent.Event {
 	t.Helper()
 	ctx := timeout(t, 30*time.Second)
 	for {
 		log := replayLog(t, c, id)
-		if n := len(log); n >= 2 && log[n-1].Type == session.TypeTurnCompleted && log[n-2].Type == session.TypeMessage &&
+		if n := len(log); n >= 2 && log[n-1].Type == agent.TypeTurnCompleted && log[n-2].Type == agent.TypeMessage &&
 			strings.Contains(string(log[n-2].Data), fmt.Sprintf("%q", text)) {
 			return log
 		}
@@ -256,7 +256,7 @@ func (s *observerSet) stop() {
 // session's last logged position or a deadline passes; then it stops them
 // and returns what each holds. An observer that never catches up is
 // logged; the gap check reports what it lacks.
-func (s *observerSet) finish(t *testing.T, logs map[string][]session.Event) []observed {
+func (s *observerSet) finish(t *testing.T, logs map[string][]agent.Event) []observed {
 	ctx := timeout(t, 20*time.Second)
 	var wg sync.WaitGroup
 	for _, o := range s.list {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/session"
 )
 
 // controlReply is one answer of a turn-control request.
@@ -84,7 +84,7 @@ func TestKillOwnerWithPendingInterrupt(t *testing.T) {
 	}
 	epoch := int64(asked.Body["epoch"].(float64))
 	iid := fmt.Sprintf("ask-%d-%d", epoch, int64(asked.Body["seq"].(float64)))
-	waitLogged(t, c, id, "the interrupt", func(ev session.Event) bool { return ev.Type == session.TypeInterrupt })
+	waitLogged(t, c, id, "the interrupt", func(ev agent.Event) bool { return ev.Type == agent.TypeInterrupt })
 	if err := a.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestStopToPausedOwnerNeverStopsTheNextTurn(t *testing.T) {
 		}
 	}
 	for _, ev := range replayLog(t, c, id) {
-		if ev.Type == session.TypeTurnStopped {
+		if ev.Type == agent.TypeTurnStopped {
 			t.Fatalf("a turn was stopped: %v %s", ev.Pos(), ev.Data)
 		}
 	}

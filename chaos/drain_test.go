@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/session"
 )
 
 // waitClosed reads s until the node closes it and returns the close code.
@@ -199,7 +199,7 @@ func TestSIGTERMDrainHandsOverLongTurn(t *testing.T) {
 	if row.Remaining > 0 {
 		t.Errorf("lease still live for %v after the drain", row.Remaining)
 	}
-	if logged := replayLog(t, c, id); hasType(logged, session.TypeTurnFailed) || hasType(logged, session.TypeTurnCompleted) {
+	if logged := replayLog(t, c, id); hasType(logged, agent.TypeTurnFailed) || hasType(logged, agent.TypeTurnCompleted) {
 		t.Fatalf("the drained turn ended on the draining node: %v", logged)
 	}
 
@@ -220,7 +220,7 @@ func TestSIGTERMDrainHandsOverLongTurn(t *testing.T) {
 	assertSawResumed(t, obs.Events(), acc, acc.Epoch+1)
 }
 
-func hasType(evs []session.Event, typ string) bool {
+func hasType(evs []agent.Event, typ string) bool {
 	for _, ev := range evs {
 		if ev.Type == typ {
 			return true

@@ -14,10 +14,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/internal/testenv"
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // newCluster is proctest.NewCluster with the package's binary.
@@ -99,7 +100,7 @@ func userCounts(h []proctest.Message) map[string]int {
 }
 
 // replayLog reads session id's whole replay log from Redis.
-func replayLog(t *testing.T, c *proctest.Cluster, id string) []session.Event {
+func replayLog(t *testing.T, c *proctest.Cluster, id string) []agent.Event {
 	t.Helper()
 	opts, err := redis.ParseURL(testenv.RedisServerURL())
 	if err != nil {
@@ -107,8 +108,8 @@ func replayLog(t *testing.T, c *proctest.Cluster, id string) []session.Event {
 	}
 	rc := redis.NewClient(opts)
 	defer rc.Close()
-	log := session.NewRedisReplayLog(rc, session.RedisReplayConfig{Prefix: c.Name + ":"})
-	evs, _, err := log.Since(timeout(t, 10*time.Second), id, session.Position{}, 0)
+	log := redisstore.NewReplayLog(rc, redisstore.ReplayConfig{Prefix: c.Name + ":"})
+	evs, _, err := log.Since(timeout(t, 10*time.Second), id, agent.Position{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +129,10 @@ func userEventText(data json.RawMessage) string {
 }
 
 // loggedUserEvents counts the log's user_events by text, per epoch.
-func loggedUserEvents(evs []session.Event) map[string][]int64 {
+func loggedUserEvents(evs []agent.Event) map[string][]int64 {
 	out := map[string][]int64{}
 	for _, ev := range evs {
-		if ev.Type == session.TypeUserEvent {
+		if ev.Type == agent.TypeUserEvent {
 			txt := userEventText(ev.Data)
 			out[txt] = append(out[txt], ev.Epoch)
 		}

@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/session"
 )
 
 // waitLogged polls the replay log until it holds an event matching ok.
-func waitLogged(t *testing.T, c *proctest.Cluster, id, what string, ok func(session.Event) bool) {
+func waitLogged(t *testing.T, c *proctest.Cluster, id, what string, ok func(agent.Event) bool) {
 	t.Helper()
 	ctx := timeout(t, 20*time.Second)
 	for {
@@ -33,9 +33,9 @@ func waitLogged(t *testing.T, c *proctest.Cluster, id, what string, ok func(sess
 	}
 }
 
-func isDelta(text string) func(session.Event) bool {
-	return func(ev session.Event) bool {
-		return ev.Type == session.TypeDelta && string(ev.Data) == fmt.Sprintf(`{"text":%q}`, text+" ")
+func isDelta(text string) func(agent.Event) bool {
+	return func(ev agent.Event) bool {
+		return ev.Type == agent.TypeDelta && string(ev.Data) == fmt.Sprintf(`{"text":%q}`, text+" ")
 	}
 }
 
@@ -142,7 +142,7 @@ func TestKillOwnerMidTurn(t *testing.T) {
 	ctx := timeout(t, 20*time.Second)
 	seen := map[string]int{}
 	for len(seen) < n {
-		ev, err := obs.WaitEvent(ctx, func(ev phxtest.SessionEvent) bool { return ev.Type == session.TypeUserEvent })
+		ev, err := obs.WaitEvent(ctx, func(ev phxtest.SessionEvent) bool { return ev.Type == agent.TypeUserEvent })
 		if err != nil {
 			t.Fatalf("observer: %v (saw %v)", err, seen)
 		}
@@ -166,12 +166,12 @@ func TestKillOwnerMidTurn(t *testing.T) {
 // deltas of its words (prefix + number) in the replay log, across every
 // epoch, concatenate to text with each word once, and the history holds
 // text's reply whole, right after its input.
-func assertReplyOnce(t *testing.T, log []session.Event, history []proctest.Message, prefix, text string) {
+func assertReplyOnce(t *testing.T, log []agent.Event, history []proctest.Message, prefix, text string) {
 	t.Helper()
 	word := regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `[0-9]+ $`)
 	var got strings.Builder
 	for _, ev := range log {
-		if ev.Type != session.TypeDelta {
+		if ev.Type != agent.TypeDelta {
 			continue
 		}
 		var d struct{ Text string }
@@ -182,7 +182,7 @@ func assertReplyOnce(t *testing.T, log []session.Event, history []proctest.Messa
 	if got.String() != text+" " {
 		var b strings.Builder
 		for _, ev := range log {
-			if ev.Type != session.TypeDelta {
+			if ev.Type != agent.TypeDelta {
 				fmt.Fprintf(&b, "\n  %d-%d %s %s prev %v", ev.Epoch, ev.Seq, ev.Type, ev.Data, ev.Prev)
 			}
 		}
@@ -205,15 +205,15 @@ func assertReplyOnce(t *testing.T, log []session.Event, history []proctest.Messa
 func assertSawResumed(t *testing.T, evs []phxtest.SessionEvent, in proctest.Accepted, epoch int64) {
 	t.Helper()
 	for _, ev := range evs {
-		if ev.Type != session.TypeTurnResumed {
+		if ev.Type != agent.TypeTurnResumed {
 			continue
 		}
 		var d struct {
-			Turn    session.Position
+			Turn    agent.Position
 			Attempt int
-			From    session.Position
+			From    agent.Position
 		}
-		if err := json.Unmarshal(ev.Data, &d); err != nil || ev.Epoch != epoch || d.Turn != (session.Position{Epoch: in.Epoch, Seq: in.Seq}) ||
+		if err := json.Unmarshal(ev.Data, &d); err != nil || ev.Epoch != epoch || d.Turn != (agent.Position{Epoch: in.Epoch, Seq: in.Seq}) ||
 			d.Attempt != 2 || d.From.Epoch >= epoch {
 			t.Errorf("turn_resumed at %d-%d: %s, want turn %d-%d attempt 2 from an older epoch", ev.Epoch, ev.Seq, ev.Data, in.Epoch, in.Seq)
 		}
@@ -249,7 +249,7 @@ func checkSocketEpochs(t *testing.T, evs []phxtest.SessionEvent, newEpoch int64)
 func userSocketCounts(evs []phxtest.SessionEvent) map[string]int {
 	out := map[string]int{}
 	for _, ev := range evs {
-		if ev.Type == session.TypeUserEvent {
+		if ev.Type == agent.TypeUserEvent {
 			out[userEventText(ev.Data)]++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/session"
@@ -90,7 +91,7 @@ func (o *observer) connect(ctx context.Context) (*phxtest.Socket, string, error)
 // channel error or close.
 func (o *observer) follow(ctx context.Context, s *phxtest.Socket, joinRef string) {
 	topic := session.Topic(o.session)
-	var rejoinedAt *session.Position
+	var rejoinedAt *agent.Position
 	for {
 		f, err := o.read(ctx, s)
 		if err != nil {
@@ -252,11 +253,11 @@ func gap(record []phxtest.SessionEvent, ev phxtest.SessionEvent) bool {
 }
 
 // top returns the record's last position ({0,0} when empty).
-func (o *observer) top() session.Position {
+func (o *observer) top() agent.Position {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if len(o.record) == 0 {
-		return session.Position{}
+		return agent.Position{}
 	}
 	return pos(o.record[len(o.record)-1])
 }
@@ -265,7 +266,7 @@ func (o *observer) top() session.Position {
 // event may do at any time (README "Gaps"), and waits until the observer
 // has joined again and holds want, the log's last position. It returns an
 // error when that does not happen before ctx ends.
-func (o *observer) rejoinAndWait(ctx context.Context, want session.Position) error {
+func (o *observer) rejoinAndWait(ctx context.Context, want agent.Position) error {
 	o.mu.Lock()
 	joins := o.joins
 	if o.sock != nil {
@@ -307,6 +308,6 @@ func (o *observer) snapshot() observed {
 	}
 }
 
-func pos(ev phxtest.SessionEvent) session.Position {
-	return session.Position{Epoch: ev.Epoch, Seq: ev.Seq}
+func pos(ev phxtest.SessionEvent) agent.Position {
+	return agent.Position{Epoch: ev.Epoch, Seq: ev.Seq}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
 	"github.com/relaygw/relay/muster/ring"
@@ -262,7 +263,7 @@ func topicRouter(t *testing.T, fc *faultCluster, topic string) int {
 }
 
 // sameAsLog reports how record differs from the replay log's positions.
-func sameAsLog(record []phxtest.SessionEvent, log []session.Event) error {
+func sameAsLog(record []phxtest.SessionEvent, log []agent.Event) error {
 	if len(record) != len(log) {
 		return fmt.Errorf("holds %d events, the log %d", len(record), len(log))
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/session"
 )
 
 // TestPausedOwnerIsFencedAfterTakeover: the owner is frozen (SIGSTOP)
@@ -84,14 +84,14 @@ func TestPausedOwnerIsFencedAfterTakeover(t *testing.T) {
 	}
 	ctx := timeout(t, 20*time.Second)
 	if _, err := obs.WaitEvent(ctx, func(ev phxtest.SessionEvent) bool {
-		return ev.Epoch == old.Epoch+1 && ev.Type == session.TypeTurnCompleted
+		return ev.Epoch == old.Epoch+1 && ev.Type == agent.TypeTurnCompleted
 	}); err != nil {
 		t.Fatalf("observer never saw the new owner's turn complete: %v", err)
 	}
 	// One more turn after the resume, then everything queued so far.
 	mustAccept(t, c, b, id, proctest.Event{Text: "after resume", Key: "k-after"})
 	if _, err := obs.WaitEvent(ctx, func(ev phxtest.SessionEvent) bool {
-		return ev.Type == session.TypeUserEvent && userEventText(ev.Data) == "after resume"
+		return ev.Type == agent.TypeUserEvent && userEventText(ev.Data) == "after resume"
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestPausedOwnerIsFencedAfterTakeover(t *testing.T) {
 }
 
 // countEpoch counts the events of one epoch.
-func countEpoch(evs []session.Event, epoch int64) int {
+func countEpoch(evs []agent.Event, epoch int64) int {
 	n := 0
 	for _, ev := range evs {
 		if ev.Epoch == epoch {

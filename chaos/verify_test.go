@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/session"
 )
 
 // runData is what one checker run collected, once the cluster is quiet.
@@ -18,7 +18,7 @@ type runData struct {
 	// /api/sessions/{id} answered it.
 	Histories map[string][]proctest.HistoryMessage
 	// Logs holds each session's whole replay log, read from Redis.
-	Logs      map[string][]session.Event
+	Logs      map[string][]agent.Event
 	Observers []observed
 }
 
@@ -122,10 +122,10 @@ func replied(h []proctest.HistoryMessage, i int) bool {
 }
 
 // loggedTexts indexes a replay log's user_events: text → positions.
-func loggedTexts(log []session.Event) map[string][]session.Position {
-	out := map[string][]session.Position{}
+func loggedTexts(log []agent.Event) map[string][]agent.Position {
+	out := map[string][]agent.Position{}
 	for _, ev := range log {
-		if ev.Type == session.TypeUserEvent {
+		if ev.Type == agent.TypeUserEvent {
 			t := userEventText(ev.Data)
 			out[t] = append(out[t], ev.Pos())
 		}
@@ -140,7 +140,7 @@ func loggedTexts(log []session.Event) map[string][]session.Position {
 // for each such turn.
 func checkAccepted(r *report, d runData) {
 	users := map[string]map[string][]int{}
-	logged := map[string]map[string][]session.Position{}
+	logged := map[string]map[string][]agent.Position{}
 	unanswered := map[string][]string{} // session → keys of accepted turns with no reply
 	for id, h := range d.Histories {
 		users[id] = userTexts(h)
@@ -203,7 +203,7 @@ func checkAccepted(r *report, d runData) {
 	for id, keys := range unanswered {
 		n, failed := len(keys), 0
 		for _, ev := range d.Logs[id] {
-			if ev.Type == session.TypeTurnFailed && !bytes.Contains(ev.Data, []byte(`"error":""`)) {
+			if ev.Type == agent.TypeTurnFailed && !bytes.Contains(ev.Data, []byte(`"error":""`)) {
 				failed++
 			}
 		}
@@ -221,7 +221,7 @@ func checkAccepted(r *report, d runData) {
 // answered as a duplicate of itself.
 func checkRefusals(r *report, d runData) {
 	users := map[string]map[string][]int{}
-	logged := map[string]map[string][]session.Position{}
+	logged := map[string]map[string][]agent.Position{}
 	for id, h := range d.Histories {
 		users[id] = userTexts(h)
 	}
@@ -246,7 +246,7 @@ func checkRefusals(r *report, d runData) {
 		case dl.Accepted != nil && n > 1 && dl.refusedOnly(n-1):
 			// Accepted anew after refusals: a user_event of the key at
 			// another position was logged by a refused attempt.
-			acc := session.Position{Epoch: dl.Accepted.Epoch, Seq: dl.Accepted.Seq}
+			acc := agent.Position{Epoch: dl.Accepted.Epoch, Seq: dl.Accepted.Seq}
 			for _, p := range logged[dl.Session][dl.Text] {
 				if p != acc {
 					r.RefusedRan++
@@ -347,7 +347,7 @@ func checkSingleWriter(r *report, d runData) {
 			continue
 		}
 		keys[k] = dl.Key
-		if h, ok := at[k]; ok && (h.typ != session.TypeUserEvent || userEventText(h.data) != dl.Text) {
+		if h, ok := at[k]; ok && (h.typ != agent.TypeUserEvent || userEventText(h.data) != dl.Text) {
 			r.SplitBrain++
 			r.violate(propSingle, "%s %d-%d was answered 202 for %s, but holds %s", k.Session, k.Epoch, k.Seq, dl.Key, h.content)
 		}
@@ -392,12 +392,12 @@ func recordGap(rec []phxtest.SessionEvent) string {
 // diffLog describes how a record differs from the log ("" when equal):
 // the events of the log the record lacks, the events it holds that the log
 // does not, and the first difference.
-func diffLog(rec []phxtest.SessionEvent, log []session.Event) string {
-	inLog := map[session.Position]string{}
+func diffLog(rec []phxtest.SessionEvent, log []agent.Event) string {
+	inLog := map[agent.Position]string{}
 	for _, ev := range log {
 		inLog[ev.Pos()] = content(ev.Type, ev.Data)
 	}
-	inRec := map[session.Position]bool{}
+	inRec := map[agent.Position]bool{}
 	extra := 0
 	for _, ev := range rec {
 		inRec[pos(ev)] = true

@@ -6,37 +6,37 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/session"
 )
 
 // fakeRun builds the data of a clean run on one session "s": keys k1 and k2
 // accepted at epoch 1 and run to completion, the log holding both turns, one
 // observer holding exactly the log.
 func fakeRun() runData {
-	var log []session.Event
+	var log []agent.Event
 	add := func(epoch int64, typ string, data any) {
 		b, _ := json.Marshal(data)
 		seq := int64(1)
 		if n := len(log); n > 0 {
 			seq = log[n-1].Seq + 1
 		}
-		log = append(log, session.Event{Session: "s", Epoch: epoch, Seq: seq, Type: typ, Data: b})
+		log = append(log, agent.Event{Session: "s", Epoch: epoch, Seq: seq, Type: typ, Data: b})
 	}
 	var deliveries []*delivery
 	var history []proctest.HistoryMessage
 	for _, key := range []string{"k1", "k2"} {
 		text := eventText(key)
-		add(1, session.TypeUserEvent, map[string]any{"type": "message", "data": map[string]string{"text": text}})
+		add(1, agent.TypeUserEvent, map[string]any{"type": "message", "data": map[string]string{"text": text}})
 		turn := log[len(log)-1]
 		deliveries = append(deliveries, &delivery{Session: "s", Key: key, Text: text,
 			Answers:  []answer{{Kind: answerAccepted, Node: "a", Status: http.StatusAccepted}},
 			Accepted: &proctest.Accepted{Session: "s", Epoch: turn.Epoch, Seq: turn.Seq}})
-		add(1, session.TypeTurnStarted, map[string]any{})
-		add(1, session.TypeDelta, map[string]string{"text": key + " "})
-		add(1, session.TypeMessage, proctest.Message{Role: "assistant", Content: text})
-		add(1, session.TypeTurnCompleted, map[string]any{})
+		add(1, agent.TypeTurnStarted, map[string]any{})
+		add(1, agent.TypeDelta, map[string]string{"text": key + " "})
+		add(1, agent.TypeMessage, proctest.Message{Role: "assistant", Content: text})
+		add(1, agent.TypeTurnCompleted, map[string]any{})
 		for _, role := range []string{"user", "assistant"} {
 			m := proctest.HistoryMessage{N: int64(len(history) + 1), Message: proctest.Message{Role: role, Content: text}}
 			m.Turn.Epoch, m.Turn.Seq = turn.Epoch, turn.Seq
@@ -46,13 +46,13 @@ func fakeRun() runData {
 	d := runData{
 		Deliveries: deliveries,
 		Histories:  map[string][]proctest.HistoryMessage{"s": history},
-		Logs:       map[string][]session.Event{"s": log},
+		Logs:       map[string][]agent.Event{"s": log},
 	}
 	d.Observers = []observed{{Node: "a", Session: "s", Record: asPushes(log), Seen: asPushes(log)}}
 	return d
 }
 
-func asPushes(log []session.Event) []phxtest.SessionEvent {
+func asPushes(log []agent.Event) []phxtest.SessionEvent {
 	out := make([]phxtest.SessionEvent, len(log))
 	for i, ev := range log {
 		out[i] = phxtest.SessionEvent{Session: ev.Session, Epoch: ev.Epoch, Seq: ev.Seq, Type: ev.Type, Data: ev.Data}
@@ -94,7 +94,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		{"not logged", func(d *runData) {
 			// k2's position holds another event: the log lacks k2, and its
 			// 202 named a position another write took.
-			d.Logs["s"][5] = session.Event{Session: "s", Epoch: 1, Seq: 6, Type: session.TypeDelta, Data: json.RawMessage(`{"text":"x "}`)}
+			d.Logs["s"][5] = agent.Event{Session: "s", Epoch: 1, Seq: 6, Type: agent.TypeDelta, Data: json.RawMessage(`{"text":"x "}`)}
 			d.Observers[0].Record, d.Observers[0].Seen = asPushes(d.Logs["s"]), asPushes(d.Logs["s"])
 		}, tally{Accepted: 2, Unlogged: 1, SplitBrain: 1}, propAccepted},
 		{"turn never ended", func(d *runData) { d.Histories["s"] = d.Histories["s"][:3] },
@@ -102,7 +102,7 @@ func TestCheckFindsEachViolation(t *testing.T) {
 		{"turn failed with a reason", func(d *runData) {
 			d.Histories["s"] = d.Histories["s"][:3]
 			log := d.Logs["s"][:8]
-			log = append(log, session.Event{Session: "s", Epoch: 1, Seq: 9, Type: session.TypeTurnFailed, Data: json.RawMessage(`{"error":"context canceled"}`)})
+			log = append(log, agent.Event{Session: "s", Epoch: 1, Seq: 9, Type: agent.TypeTurnFailed, Data: json.RawMessage(`{"error":"context canceled"}`)})
 			d.Logs["s"] = log
 			d.Observers[0].Record, d.Observers[0].Seen = asPushes(log), asPushes(log)
 		}, tally{Accepted: 2, FailedTurns: 1}, ""},
@@ -228,11 +228,11 @@ func TestScheduleIsSeeded(t *testing.T) {
 // it keeps the event and notes the hole.
 func TestObserverKeepsContiguousEvents(t *testing.T) {
 	ev := func(epoch, seq int64) phxtest.SessionEvent {
-		return phxtest.SessionEvent{Epoch: epoch, Seq: seq, Type: session.TypeDelta}
+		return phxtest.SessionEvent{Epoch: epoch, Seq: seq, Type: agent.TypeDelta}
 	}
 	evp := func(epoch, seq, prevEpoch, prevSeq int64) phxtest.SessionEvent {
 		e := ev(epoch, seq)
-		e.Prev = &session.Position{Epoch: prevEpoch, Seq: prevSeq}
+		e.Prev = &agent.Position{Epoch: prevEpoch, Seq: prevSeq}
 		return e
 	}
 	o := &observer{}
@@ -256,11 +256,11 @@ func TestObserverKeepsContiguousEvents(t *testing.T) {
 			t.Fatalf("step %d (%v): jump %v, want %v", i, pos(s.ev), got, s.jump)
 		}
 	}
-	if got := o.top(); got != (session.Position{Epoch: 2, Seq: 3}) || len(o.record) != 5 || o.stale != 1 || o.jumps != 4 {
+	if got := o.top(); got != (agent.Position{Epoch: 2, Seq: 3}) || len(o.record) != 5 || o.stale != 1 || o.jumps != 4 {
 		t.Fatalf("top %v, %d held, %d stale, %d jumps", got, len(o.record), o.stale, o.jumps)
 	}
 	o.unrecovered, o.acceptJump = []string{"join at 2-3: replay_truncated"}, true
-	if o.add(ev(3, 6)) || o.top() != (session.Position{Epoch: 3, Seq: 6}) || len(o.holes) != 1 {
+	if o.add(ev(3, 6)) || o.top() != (agent.Position{Epoch: 3, Seq: 6}) || len(o.holes) != 1 {
 		t.Fatalf("after an unrecovered join: top %v, holes %v", o.top(), o.holes)
 	}
 	if !o.add(ev(3, 8)) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/session"
 	"go.uber.org/zap"
@@ -365,7 +366,7 @@ type SessionLookup struct {
 // invalid_session_id.
 func (n *Node) handleAdminSession(w http.ResponseWriter, r *http.Request) {
 	id := chi.URLParam(r, "id")
-	if !session.ValidID(id) {
+	if !agent.ValidID(id) {
 		writeError(w, invalidSessionID())
 		return
 	}

@@ -14,7 +14,7 @@ import (
 // buildAgent returns the agent the AGENT and AGENT_ROUTES settings select:
 // the AGENT backend, behind a router when AGENT_ROUTES maps session-id
 // prefixes to other backends. Errors name the setting to fix.
-func (c Config) buildAgent(log *zap.Logger) (session.Agent, error) {
+func (c Config) buildAgent(log *zap.Logger) (agent.Agent, error) {
 	def, err := c.agentBackend(c.Agent, "AGENT", log)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (c Config) buildAgent(log *zap.Logger) (session.Agent, error) {
 // given, for errors; log for the backend's own logs). A name that is an
 // http(s) URL is the http backend at that URL. Adding a backend is one more
 // case here.
-func (c Config) agentBackend(name, setting string, log *zap.Logger) (session.Agent, error) {
+func (c Config) agentBackend(name, setting string, log *zap.Logger) (agent.Agent, error) {
 	url := c.AgentURL
 	if strings.HasPrefix(name, "http://") || strings.HasPrefix(name, "https://") {
 		name, url = "http", name

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/agent/openai"
-	"github.com/relaygw/relay/session"
 )
 
 // newOpenAIAgent builds the AGENT=openai backend (package agent/openai)
@@ -13,7 +13,7 @@ import (
 // AGENT_SYSTEM_PROMPT. Without OPENAI_BASE_URL or OPENAI_MODEL, or with a
 // base URL that is not an absolute http(s) URL, it refuses with a message
 // naming the setting.
-func newOpenAIAgent(c Config) (session.Agent, error) {
+func newOpenAIAgent(c Config) (agent.Agent, error) {
 	var missing []string
 	if c.OpenAIBaseURL == "" {
 		missing = append(missing, "OPENAI_BASE_URL (the API root, /v1 included, e.g. http://127.0.0.1:8000/v1)")

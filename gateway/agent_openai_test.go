@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/session"
 )
 
 // TestConfigAgentOpenAI: AGENT=openai without OPENAI_BASE_URL or
@@ -122,7 +122,7 @@ func TestGatewayOpenAIAgent(t *testing.T) {
 	}
 	var types []string
 	var tools []string
-	for _, ev := range ws.EventsUntil(session.TypeTurnCompleted) {
+	for _, ev := range ws.EventsUntil(agent.TypeTurnCompleted) {
 		types = append(types, ev.Type)
 		if ev.Type == "tool_call" {
 			var tc struct {
@@ -143,7 +143,7 @@ func TestGatewayOpenAIAgent(t *testing.T) {
 	if code, _, body := do(t, "POST", srv.URL+"/api/sessions/oa1/events", testAPIKey, "", `{"data":{"text":"and tomorrow?"}}`); code != 202 {
 		t.Fatalf("POST: %d %v", code, body)
 	}
-	evs := ws.EventsUntil(session.TypeTurnFailed)
+	evs := ws.EventsUntil(agent.TypeTurnFailed)
 	var failed struct{ Error string }
 	_ = json.Unmarshal(evs[len(evs)-1].Data, &failed)
 	if !strings.Contains(failed.Error, "400 Bad Request: This model's maximum context length is 4096 tokens") {

@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -36,10 +37,10 @@ type acceptedBody struct {
 // Errors are *apiError values: 400 invalid_body for a body that is not that
 // shape (or not valid UTF-8: the input is relayed verbatim in WebSocket text
 // frames), 422 invalid_input for one the input contract refuses
-// (session.ValidateInput: nesting depth, unpaired surrogates, numbers out of
+// (agent.ValidateInput: nesting depth, unpaired surrogates, numbers out of
 // range, U+0000), which no store could keep.
-func DecodeInput(body []byte) (session.Input, error) {
-	var in session.Input
+func DecodeInput(body []byte) (agent.Input, error) {
+	var in agent.Input
 	if !utf8.Valid(body) {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "body must be valid UTF-8")
 	}
@@ -71,7 +72,7 @@ func DecodeInput(body []byte) (session.Input, error) {
 	} else if t[0] != '{' {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "data must be a JSON object")
 	}
-	if err := session.ValidateInput(in); err != nil {
+	if err := agent.ValidateInput(in); err != nil {
 		return in, errorf(http.StatusUnprocessableEntity, CodeInvalidInput, err.Error())
 	}
 	return in, nil
@@ -81,7 +82,7 @@ func DecodeInput(body []byte) (session.Input, error) {
 // and that the caller may use it; otherwise it writes the error.
 func (n *Node) sessionParam(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := chi.URLParam(r, "id")
-	if !session.ValidID(id) {
+	if !agent.ValidID(id) {
 		writeError(w, invalidSessionID())
 		return "", false
 	}
@@ -171,7 +172,7 @@ type sessionBody struct {
 	History    []session.StoredMessage `json:"history"`
 	Total      int64                   `json:"total"`
 	NextBefore int64                   `json:"next_before"`
-	Pending    []session.Message       `json:"pending"`
+	Pending    []agent.Message         `json:"pending"`
 	Running    bool                    `json:"running"`
 	// DoubleTexting is enqueue, reject or interrupt: what an event sent
 	// while a turn runs does in this session.
@@ -221,7 +222,7 @@ func (n *Node) handleGetSession(w http.ResponseWriter, r *http.Request) {
 		st.History = []session.StoredMessage{}
 	}
 	if st.Pending == nil {
-		st.Pending = []session.Message{}
+		st.Pending = []agent.Message{}
 	}
 	writeJSON(w, http.StatusOK, sessionBody{
 		Session: id, Epoch: st.Epoch, Seq: st.Seq, History: st.History, Total: st.Total, NextBefore: st.NextBefore,
@@ -244,7 +245,7 @@ type stopBody struct {
 }
 
 // parseTurnID parses a turn id "<epoch>-<seq>" from a route or a push.
-func parseTurnID(s string) (session.Position, *apiError) {
+func parseTurnID(s string) (agent.Position, *apiError) {
 	p, ok := session.ParseTurnID(s)
 	if !ok {
 		return p, errorf(http.StatusBadRequest, CodeInvalidTurn, `turn must be "<epoch>-<seq>" (the position of the turn's input, e.g. 3-17)`)
@@ -256,7 +257,7 @@ func parseTurnID(s string) (session.Position, *apiError) {
 // (session.Manager.Control) and maps the outcome: the owner's answer as
 // stopBody, or the error answer of an event (n.answer: a retry directive
 // while ownership moves).
-func (n *Node) stop(ctx context.Context, id string, turn session.Position) (stopBody, *apiError) {
+func (n *Node) stop(ctx context.Context, id string, turn agent.Position) (stopBody, *apiError) {
 	out := n.manager.Control(ctx, id, session.Control{Op: session.OpStop, Turn: turn})
 	if out.Kind != session.OutcomeAccepted || out.Accepted.Control == nil {
 		if out.Kind == session.OutcomeAccepted {
@@ -294,14 +295,14 @@ func (n *Node) handleStopTurn(w http.ResponseWriter, r *http.Request) {
 }
 
 // decodeStopPush parses a "stop" push payload: {"turn":"<epoch>-<seq>"}.
-func decodeStopPush(payload []byte) (session.Position, *apiError) {
+func decodeStopPush(payload []byte) (agent.Position, *apiError) {
 	var p struct {
 		Turn string `json:"turn"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil || dec.More() {
-		return session.Position{}, errorf(http.StatusBadRequest, CodeInvalidBody, `stop payload must be {"turn":"<epoch>-<seq>"}`)
+		return agent.Position{}, errorf(http.StatusBadRequest, CodeInvalidBody, `stop payload must be {"turn":"<epoch>-<seq>"}`)
 	}
 	return parseTurnID(p.Turn)
 }
@@ -314,9 +315,9 @@ func decodeStopPush(payload []byte) (session.Position, *apiError) {
 // that is not that shape or an iid that is not 1-128 characters of
 // [A-Za-z0-9_.:-], 422 invalid_input for a value the input contract
 // refuses.
-func DecodeAnswer(iid string, body []byte) (session.Input, error) {
-	var in session.Input
-	if !session.ValidID(iid) {
+func DecodeAnswer(iid string, body []byte) (agent.Input, error) {
+	var in agent.Input
+	if !agent.ValidID(iid) {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "the interrupt id must be 1-128 characters of [A-Za-z0-9_.:-]")
 	}
 	var b struct {
@@ -347,8 +348,8 @@ func DecodeAnswer(iid string, body []byte) (session.Input, error) {
 	if err != nil {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "value must be JSON")
 	}
-	in = session.Input{Type: session.TypeResume, Data: data, IdempotencyKey: b.IdempotencyKey}
-	if err := session.ValidateInput(in); err != nil {
+	in = agent.Input{Type: agent.TypeResume, Data: data, IdempotencyKey: b.IdempotencyKey}
+	if err := agent.ValidateInput(in); err != nil {
 		return in, errorf(http.StatusUnprocessableEntity, CodeInvalidInput, err.Error())
 	}
 	return in, nil
@@ -382,7 +383,7 @@ func (n *Node) handleAnswerInterrupt(w http.ResponseWriter, r *http.Request) {
 
 // decodeResumePush parses a "resume" push payload {"interrupt":iid,
 // "value":…, "idempotency_key":…} into the resume input.
-func decodeResumePush(payload []byte) (session.Input, error) {
+func decodeResumePush(payload []byte) (agent.Input, error) {
 	var p struct {
 		Interrupt      string          `json:"interrupt"`
 		Value          json.RawMessage `json:"value"`
@@ -391,7 +392,7 @@ func decodeResumePush(payload []byte) (session.Input, error) {
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil || dec.More() {
-		return session.Input{}, errorf(http.StatusBadRequest, CodeInvalidBody, `resume payload must be {"interrupt":"<id>","value":…}`)
+		return agent.Input{}, errorf(http.StatusBadRequest, CodeInvalidBody, `resume payload must be {"interrupt":"<id>","value":…}`)
 	}
 	body, _ := json.Marshal(struct {
 		Value          json.RawMessage `json:"value,omitempty"`

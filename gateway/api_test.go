@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
-	"github.com/relaygw/relay/session"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -154,7 +154,7 @@ func TestGetSessionAndAdmin(t *testing.T) {
 	defer cancel()
 	// The view follows the actor's state by the time an event is
 	// published: once the reply message is out, it holds both messages.
-	if _, err := tr.WaitFor(ctx, trace.Kind("session.emit", "session", "s2", "type", session.TypeMessage)); err != nil {
+	if _, err := tr.WaitFor(ctx, trace.Kind("session.emit", "session", "s2", "type", agent.TypeMessage)); err != nil {
 		t.Fatal(err, tr.Dump())
 	}
 	status, _, body := do(t, "GET", srv.URL+"/api/sessions/s2", testAPIKey, "", "")
@@ -229,7 +229,7 @@ func TestHibernateAndThaw(t *testing.T) {
 	}
 	// The view follows the actor's state by the time an event is
 	// published: once the second reply message is out, it holds all four.
-	if _, err := tr.WaitForN(ctx, trace.Kind("session.emit", "session", "h1", "type", session.TypeMessage), 2); err != nil {
+	if _, err := tr.WaitForN(ctx, trace.Kind("session.emit", "session", "h1", "type", agent.TypeMessage), 2); err != nil {
 		t.Fatal(err, tr.Dump())
 	}
 	_, _, view = do(t, "GET", srv.URL+"/api/sessions/h1", testAPIKey, "", "")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/channels"
 	"github.com/relaygw/relay/presence"
 	"github.com/relaygw/relay/session"
@@ -40,8 +41,8 @@ var _ channels.Handler = (*sessionChannel)(nil)
 // topic above PRESENCE_MAX_LISTED presences is counted, not listed, so a
 // tracked join costs one meta per period on a big topic, not a list.
 type joinParams struct {
-	LastEvent *session.Position `json:"last_event"`
-	Presence  *bool             `json:"presence"`
+	LastEvent *agent.Position `json:"last_event"`
+	Presence  *bool           `json:"presence"`
 }
 
 // tracked reports whether the join asks for presence (the default).
@@ -71,7 +72,7 @@ func sessionID(topic string) string { return strings.TrimPrefix(topic, "session:
 func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload json.RawMessage) (channels.JoinResult, error) {
 	n := h.n
 	id := sessionID(ch.Topic())
-	if !session.ValidID(id) {
+	if !agent.ValidID(id) {
 		return channels.JoinResult{}, replyErr(CodeInvalidSessionID, "session id must be 1-128 characters of [A-Za-z0-9_.:-]")
 	}
 	claims, _ := ch.Socket().Assigns().(*Claims)
@@ -110,7 +111,7 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 		if p.tracked() {
 			res.Then = h.trackPresence(ch, claims)
 		}
-		res.Skip = inOrder(session.Position{})
+		res.Skip = inOrder(agent.Position{})
 		return res, nil
 	}
 	rr, err := session.Replay(ctx, n.replay, id, *p.LastEvent, int(n.cfg.ReplayMaxLen), n.sessionHead(id))
@@ -147,10 +148,10 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 // session, whatever path the event took. The channel calls it under its
 // own lock, one broadcast at a time. Broadcasts without a position
 // (presence diffs) pass.
-func inOrder(from session.Position) func(*channels.Broadcast) bool {
+func inOrder(from agent.Position) func(*channels.Broadcast) bool {
 	last := from
 	return func(b *channels.Broadcast) bool {
-		pos, ok := b.Meta.(session.Position)
+		pos, ok := b.Meta.(agent.Position)
 		if !ok {
 			return false
 		}
@@ -166,12 +167,12 @@ func inOrder(from session.Position) func(*channels.Broadcast) bool {
 // (session.SessionHead): the live actor's when it runs on this node, else
 // the session store's. A store that cannot be read gives ok false.
 func (n *Node) sessionHead(id string) session.SessionHead {
-	return func(ctx context.Context) (session.Position, bool) {
+	return func(ctx context.Context) (agent.Position, bool) {
 		st, err := n.manager.State(ctx, id, session.HistoryQuery{Limit: 1})
 		if err != nil || st.Source == session.SourceUnavailable {
-			return session.Position{}, false
+			return agent.Position{}, false
 		}
-		return session.Position{Epoch: st.Epoch, Seq: st.Seq}, true
+		return agent.Position{Epoch: st.Epoch, Seq: st.Seq}, true
 	}
 }
 
@@ -202,7 +203,7 @@ func (h *sessionChannel) HandleIn(ctx context.Context, ch *channels.Channel, eve
 // submitPush decodes a push's payload into an input with decode and
 // submits it to session id, answering as an event POST would (README
 // "WebSocket API"): the acceptance, or the error reply.
-func (h *sessionChannel) submitPush(ctx context.Context, id string, payload json.RawMessage, decode func([]byte) (session.Input, error)) (any, error) {
+func (h *sessionChannel) submitPush(ctx context.Context, id string, payload json.RawMessage, decode func([]byte) (agent.Input, error)) (any, error) {
 	in, err := decode(payload)
 	if err != nil {
 		ae := asAPIError(err)

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
-	"github.com/relaygw/relay/session"
 	oteltrace "go.opentelemetry.io/otel/trace"
 )
 
@@ -61,7 +61,7 @@ func newTestCluster(t *testing.T, names ...string) *testCluster {
 	return c
 }
 
-func (c *testCluster) add(name string, agent session.Agent) (*Node, *httptest.Server) {
+func (c *testCluster) add(name string, agent agent.Agent) (*Node, *httptest.Server) {
 	c.t.Helper()
 	return c.addWith(name, agent, nil)
 }
@@ -93,7 +93,7 @@ func post(t *testing.T, srv *httptest.Server, id, text string) map[string]any {
 func assertIncreasing(t *testing.T, evs []phxtest.SessionEvent) {
 	t.Helper()
 	for i := 1; i < len(evs); i++ {
-		a, b := session.Position{Epoch: evs[i-1].Epoch, Seq: evs[i-1].Seq}, session.Position{Epoch: evs[i].Epoch, Seq: evs[i].Seq}
+		a, b := agent.Position{Epoch: evs[i-1].Epoch, Seq: evs[i-1].Seq}, agent.Position{Epoch: evs[i].Epoch, Seq: evs[i].Seq}
 		if !a.Less(b) {
 			t.Fatalf("events not strictly increasing at %d: %v then %v", i, a, b)
 		}
@@ -118,8 +118,8 @@ func observeFromAnyNode(t *testing.T, c *testCluster) {
 	wsA.Join("session:s1", map[string]any{})
 
 	post(t, c.srvs[1], "s1", "owned by b") // B claims the lease
-	first := wsA.EventsUntil(session.TypeTurnCompleted)
-	if len(first) < 5 || first[0].Type != session.TypeUserEvent {
+	first := wsA.EventsUntil(agent.TypeTurnCompleted)
+	if len(first) < 5 || first[0].Type != agent.TypeUserEvent {
 		t.Fatalf("A saw %+v", first)
 	}
 
@@ -141,7 +141,7 @@ func observeFromAnyNode(t *testing.T, c *testCluster) {
 	// A sees the turn start; a late joiner on C picks up from there.
 	var seen []phxtest.SessionEvent
 	for len(seen) < 4 {
-		seen = append(seen, wsA.EventsUntil(session.TypeDelta)...)
+		seen = append(seen, wsA.EventsUntil(agent.TypeDelta)...)
 	}
 	last := seen[len(seen)-1]
 	wsC := phxtest.DialT(t, phxtest.URL(c.srvs[2].URL, tok))
@@ -149,8 +149,8 @@ func observeFromAnyNode(t *testing.T, c *testCluster) {
 	if reply["recovered"] != true {
 		t.Fatalf("join reply %v", reply)
 	}
-	restA := wsA.EventsUntil(session.TypeTurnCompleted)
-	restC := wsC.EventsUntil(session.TypeTurnCompleted)
+	restA := wsA.EventsUntil(agent.TypeTurnCompleted)
+	restC := wsC.EventsUntil(agent.TypeTurnCompleted)
 	fullA := append(seen, restA...)
 	assertIncreasing(t, append(first, fullA...))
 	assertIncreasing(t, restC)
@@ -170,7 +170,7 @@ func observeFromAnyNode(t *testing.T, c *testCluster) {
 	}
 	var deltas int
 	for _, ev := range fullA {
-		if ev.Type == session.TypeDelta {
+		if ev.Type == agent.TypeDelta {
 			deltas++
 		}
 	}

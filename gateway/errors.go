@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/channels"
 	"github.com/relaygw/relay/session"
 )
@@ -21,7 +22,7 @@ const (
 	CodeInvalidBody      = "invalid_body"           // 400: body is not the documented JSON shape
 	CodeInvalidSessionID = "invalid_session_id"     // 400: id is not 1–128 chars of [A-Za-z0-9_.:-]
 	CodeInvalidQuery     = "invalid_query"          // 400: a query parameter is out of its documented range
-	CodeInvalidInput     = "invalid_input"          // 422: the input contract refuses the event (session.ValidateInput)
+	CodeInvalidInput     = "invalid_input"          // 422: the input contract refuses the event (agent.ValidateInput)
 	CodeKeyReused        = "idempotency_key_reused" // 422: the idempotency key was accepted with another body
 	CodeOutcomeUnknown   = "outcome_unknown"        // 504: the session store did not confirm the event; it may have been accepted
 	CodeUnauthorized     = "unauthorized"           // 401: missing or invalid credentials
@@ -144,7 +145,7 @@ func (n *Node) answer(out session.Outcome) (acceptedBody, *apiError) {
 			ae = invalidSessionID()
 		case errors.Is(err, session.ErrIdempotencyKeyReused):
 			ae = errorf(http.StatusUnprocessableEntity, CodeKeyReused, "this idempotency key was accepted with a different body; nothing was accepted")
-		case errors.Is(err, session.ErrInvalidInput):
+		case errors.Is(err, agent.ErrInvalidInput):
 			ae = errorf(http.StatusUnprocessableEntity, CodeInvalidInput, err.Error())
 		case errors.Is(err, session.ErrTurnBusy):
 			ae = errorf(http.StatusConflict, CodeSessionBusyTurn, "a turn is running and the event asked to be rejected (multitask reject); nothing was accepted")

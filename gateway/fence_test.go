@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
-	"github.com/relaygw/relay/session"
 	"go.uber.org/zap/zaptest"
 )
 
@@ -27,26 +27,26 @@ func newHoldAgent(late string) *holdAgent {
 	return &holdAgent{started: make(chan struct{}, 8), release: make(chan struct{}), late: late}
 }
 
-func (a *holdAgent) Run(ctx context.Context, _ session.Turn, emit session.Emit) (session.Message, error) {
-	if err := emit(ctx, session.TypeDelta, map[string]string{"text": "thinking "}); err != nil {
-		return session.Message{}, err
+func (a *holdAgent) Run(ctx context.Context, _ agent.Turn, emit agent.Emit) (agent.Message, error) {
+	if err := emit(ctx, agent.TypeDelta, map[string]string{"text": "thinking "}); err != nil {
+		return agent.Message{}, err
 	}
 	a.started <- struct{}{}
 	select {
 	case <-a.release:
 	case <-ctx.Done():
-		return session.Message{}, ctx.Err()
+		return agent.Message{}, ctx.Err()
 	}
 	if a.late != "" {
-		if err := emit(ctx, session.TypeDelta, map[string]string{"text": a.late}); err != nil {
-			return session.Message{}, err
+		if err := emit(ctx, agent.TypeDelta, map[string]string{"text": a.late}); err != nil {
+			return agent.Message{}, err
 		}
 	}
-	return session.Message{Role: "assistant", Content: "done"}, nil
+	return agent.Message{Role: "assistant", Content: "done"}, nil
 }
 
 // storeNode starts a node on shared Postgres and Redis (no NATS).
-func storeNode(t *testing.T, name, dbURL, cluster string, tr *trace.Tracer, agent session.Agent, mut func(*Config)) (*Node, *httptest.Server) {
+func storeNode(t *testing.T, name, dbURL, cluster string, tr *trace.Tracer, agent agent.Agent, mut func(*Config)) (*Node, *httptest.Server) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.NodeName = name
@@ -124,7 +124,7 @@ func testFenceCanary(t *testing.T, late string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := tr.WaitFor(ctx, trace.Kind("session.emit", "owner", b.Owner(), "type", session.TypeTurnCompleted)); err != nil {
+	if _, err := tr.WaitFor(ctx, trace.Kind("session.emit", "owner", b.Owner(), "type", agent.TypeTurnCompleted)); err != nil {
 		t.Fatal(err, tr.Dump())
 	}
 

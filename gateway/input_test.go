@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 // TestDecodeInputRejectsUnrelayable: input that would break observers is
@@ -36,24 +36,24 @@ func TestDecodeInputRejectsUnrelayable(t *testing.T) {
 		})
 	}
 	badInput := map[string]struct{ body, rule string }{
-		"nul in data text":            {`{"data":{"text":"a\u0000b"}}`, session.RuleNUL},
-		"nul in data key":             {`{"data":{"te\u0000xt":"a"}}`, session.RuleNUL},
-		"nul after other escapes":     {`{"data":{"text":"\\\"\n\u0000"}}`, session.RuleNUL},
-		"nul in idempotency key":      {`{"data":{},"idempotency_key":"k\u0000"}`, session.RuleNUL},
-		"nul in type":                 {`{"type":"m\u0000","data":{}}`, session.RuleNUL},
-		"nul deep in nested data":     {`{"data":{"a":[{"b":"\u0000"}]}}`, session.RuleNUL},
-		"nul escape in array string":  {`{"data":{"a":["x","\u0000"]}}`, session.RuleNUL},
-		"data nested 9998 deep":       {deep(9998), session.RuleDepth},
-		"data nested 65 deep":         {deep(65), session.RuleDepth},
-		"lone high surrogate in data": {`{"data":{"text":"\ud800"}}`, session.RuleSurrogate},
-		"high then non-surrogate":     {`{"data":{"text":"\ud800\u0041"}}`, session.RuleSurrogate},
-		"high then low then high":     {`{"data":{"text":"\ud83d\ude00\ud83d"}}`, session.RuleSurrogate},
-		"lone low surrogate":          {`{"data":{"text":"x\udc00"}}`, session.RuleSurrogate},
-		"surrogate in a key":          {`{"data":{"\uDBFF":1}}`, session.RuleSurrogate},
-		"numeric overflow":            {`{"data":{"n":1e200000}}`, session.RuleNumber},
-		"beyond float64":              {`{"data":{"n":1e309}}`, session.RuleNumber},
-		"zero with a huge exponent":   {`{"data":{"n":0e-16384}}`, session.RuleNumber},
-		"long number":                 {`{"data":{"n":1.` + strings.Repeat("0", 99) + `}}`, session.RuleNumber},
+		"nul in data text":            {`{"data":{"text":"a\u0000b"}}`, agent.RuleNUL},
+		"nul in data key":             {`{"data":{"te\u0000xt":"a"}}`, agent.RuleNUL},
+		"nul after other escapes":     {`{"data":{"text":"\\\"\n\u0000"}}`, agent.RuleNUL},
+		"nul in idempotency key":      {`{"data":{},"idempotency_key":"k\u0000"}`, agent.RuleNUL},
+		"nul in type":                 {`{"type":"m\u0000","data":{}}`, agent.RuleNUL},
+		"nul deep in nested data":     {`{"data":{"a":[{"b":"\u0000"}]}}`, agent.RuleNUL},
+		"nul escape in array string":  {`{"data":{"a":["x","\u0000"]}}`, agent.RuleNUL},
+		"data nested 9998 deep":       {deep(9998), agent.RuleDepth},
+		"data nested 65 deep":         {deep(65), agent.RuleDepth},
+		"lone high surrogate in data": {`{"data":{"text":"\ud800"}}`, agent.RuleSurrogate},
+		"high then non-surrogate":     {`{"data":{"text":"\ud800\u0041"}}`, agent.RuleSurrogate},
+		"high then low then high":     {`{"data":{"text":"\ud83d\ude00\ud83d"}}`, agent.RuleSurrogate},
+		"lone low surrogate":          {`{"data":{"text":"x\udc00"}}`, agent.RuleSurrogate},
+		"surrogate in a key":          {`{"data":{"\uDBFF":1}}`, agent.RuleSurrogate},
+		"numeric overflow":            {`{"data":{"n":1e200000}}`, agent.RuleNumber},
+		"beyond float64":              {`{"data":{"n":1e309}}`, agent.RuleNumber},
+		"zero with a huge exponent":   {`{"data":{"n":0e-16384}}`, agent.RuleNumber},
+		"long number":                 {`{"data":{"n":1.` + strings.Repeat("0", 99) + `}}`, agent.RuleNumber},
 	}
 	for name, tc := range badInput {
 		t.Run(name, func(t *testing.T) {
@@ -100,7 +100,7 @@ func FuzzDecodeInputRelayable(f *testing.F) {
 		if !utf8.Valid(in.Data) || !utf8.ValidString(in.Type) || !utf8.ValidString(in.IdempotencyKey) {
 			t.Fatalf("accepted invalid UTF-8: %q", body)
 		}
-		if err := session.ValidateInput(in); err != nil {
+		if err := agent.ValidateInput(in); err != nil {
 			t.Fatalf("accepted %q that the input contract refuses: %v", body, err)
 		}
 	})

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/session"
 )
 
 // scrape GETs srv's /metrics as text.
@@ -60,11 +60,11 @@ func TestClusterMetricsAfterForwardAndTakeover(t *testing.T) {
 	ws.Join("session:"+id, map[string]any{})
 
 	post(t, c.srvs[1], id, "owned by b")
-	ws.EventsUntil(session.TypeTurnCompleted)
+	ws.EventsUntil(agent.TypeTurnCompleted)
 	if body := post(t, c.srvs[0], id, "forwarded to b"); body["epoch"] != float64(1) {
 		t.Fatalf("forwarded event at %v, want epoch 1", body)
 	}
-	ws.EventsUntil(session.TypeTurnCompleted)
+	ws.EventsUntil(agent.TypeTurnCompleted)
 
 	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
 	defer dcancel()
@@ -74,7 +74,7 @@ func TestClusterMetricsAfterForwardAndTakeover(t *testing.T) {
 	if body := post(t, c.srvs[0], id, "taken over by a"); body["epoch"] != float64(2) {
 		t.Fatalf("event after b's drain at %v, want epoch 2 (a took over)", body)
 	}
-	ws.EventsUntil(session.TypeTurnCompleted)
+	ws.EventsUntil(agent.TypeTurnCompleted)
 
 	a, b := scrape(t, c.srvs[0].URL), scrape(t, c.srvs[1].URL)
 	const route = `route="/api/sessions/{id}/events"`

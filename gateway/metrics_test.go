@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
-	"github.com/relaygw/relay/session"
 )
 
 // relay_build_info is 1 with the build's labels.
@@ -46,7 +46,7 @@ func TestLatencyHistograms(t *testing.T) {
 	if status, _, body := do(t, "POST", srv.URL+"/api/sessions/h1/events", testAPIKey, "", `{"data":{"text":"hi there"}}`); status != http.StatusAccepted {
 		t.Fatalf("post: %d %v", status, body)
 	}
-	if _, err := tr.WaitFor(ctx, trace.Kind("session.emit", "session", "h1", "type", session.TypeTurnCompleted)); err != nil {
+	if _, err := tr.WaitFor(ctx, trace.Kind("session.emit", "session", "h1", "type", agent.TypeTurnCompleted)); err != nil {
 		t.Fatal(err)
 	}
 	if status, _, _ := do(t, "GET", srv.URL+"/no/such/route-x1", "", "", ""); status != http.StatusNotFound {

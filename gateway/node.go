@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/channels"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
@@ -82,7 +83,7 @@ type Node struct {
 type Options struct {
 	Logger *zap.Logger
 	Tracer *trace.Tracer
-	Agent  session.Agent // default: the backend Config.Agent and Config.AgentRoutes select
+	Agent  agent.Agent // default: the backend Config.Agent and Config.AgentRoutes select
 	// TracerProvider makes the node's OpenTelemetry spans (event POSTs,
 	// accepts, forward hops, turns; docs/ARCHITECTURE.md "Tracing").
 	// Nil: no spans. cmd/gateway builds one from the OTEL_* variables

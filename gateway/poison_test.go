@@ -7,21 +7,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
-	"github.com/relaygw/relay/session"
 )
 
 // nulReplyAgent runs a holdAgent turn and replies with a U+0000 in its text,
 // which Postgres jsonb cannot hold.
 type nulReplyAgent struct{ *holdAgent }
 
-func (a nulReplyAgent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+func (a nulReplyAgent) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 	if _, err := a.holdAgent.Run(ctx, turn, emit); err != nil {
-		return session.Message{}, err
+		return agent.Message{}, err
 	}
-	return session.Message{Role: "assistant", Content: "a\x00b"}, nil
+	return agent.Message{Role: "assistant", Content: "a\x00b"}, nil
 }
 
 // TestPoisonInputRefusedWhileATurnRuns: on durable stores (Postgres
@@ -34,8 +34,8 @@ func TestPoisonInputRefusedWhileATurnRuns(t *testing.T) {
 	dbURL := testenv.PostgresURL(t)
 	_, prefix := testenv.Redis(t)
 	tr := trace.New()
-	agent := nulReplyAgent{newHoldAgent("")}
-	n, srv := storeNode(t, "a", dbURL, strings.TrimSuffix(prefix, ":"), tr, agent, nil)
+	ag := nulReplyAgent{newHoldAgent("")}
+	n, srv := storeNode(t, "a", dbURL, strings.TrimSuffix(prefix, ":"), tr, ag, nil)
 	tok, _ := n.Auth().Mint("u", []string{"*"}, time.Hour)
 	ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
 	joinRef := ws.Send("", "session:p1", "phx_join", map[string]any{})
@@ -47,17 +47,17 @@ func TestPoisonInputRefusedWhileATurnRuns(t *testing.T) {
 	if status != 202 {
 		t.Fatalf("POST: %d %v", status, acc)
 	}
-	<-agent.started
+	<-ag.started
 
 	deep := func(n int) string { return strings.Repeat(`{"a":`, n-1) + `{}` + strings.Repeat(`}`, n-1) }
 	poison := map[string]string{ // data → the rule that refuses it
-		deep(9998):                       session.RuleDepth,
-		`{"text":"\ud800"}`:              session.RuleSurrogate,
-		`{"n":1e200000}`:                 session.RuleNumber,
-		`{"text":"a\u0000"}`:             session.RuleNUL,
-		`{"text":"\udc00\ud800"}`:        session.RuleSurrogate,
-		`{"n":0e-99999,"text":"ok"}`:     session.RuleNumber,
-		`{"n":123456789e301,"t":"fine"}`: session.RuleNumber,
+		deep(9998):                       agent.RuleDepth,
+		`{"text":"\ud800"}`:              agent.RuleSurrogate,
+		`{"n":1e200000}`:                 agent.RuleNumber,
+		`{"text":"a\u0000"}`:             agent.RuleNUL,
+		`{"text":"\udc00\ud800"}`:        agent.RuleSurrogate,
+		`{"n":0e-99999,"text":"ok"}`:     agent.RuleNumber,
+		`{"n":123456789e301,"t":"fine"}`: agent.RuleNumber,
 	}
 	var seen []phxtest.SessionEvent // every session event the socket got
 	for data, rule := range poison {
@@ -81,14 +81,14 @@ func TestPoisonInputRefusedWhileATurnRuns(t *testing.T) {
 		seen = append(seen, evs...)
 	}
 
-	close(agent.release)
-	seen = append(seen, ws.EventsUntil(session.TypeTurnCompleted)...)
+	close(ag.release)
+	seen = append(seen, ws.EventsUntil(agent.TypeTurnCompleted)...)
 	for _, ev := range seen {
-		if ev.Type == session.TypeUserEvent && ev.Seq != 1 {
+		if ev.Type == agent.TypeUserEvent && ev.Seq != 1 {
 			t.Fatalf("a refused input was published: %+v", ev)
 		}
-		var msg session.Message
-		if ev.Type == session.TypeMessage && (json.Unmarshal(ev.Data, &msg) != nil || msg.Content != "a\uFFFDb") {
+		var msg agent.Message
+		if ev.Type == agent.TypeMessage && (json.Unmarshal(ev.Data, &msg) != nil || msg.Content != "a\uFFFDb") {
 			t.Fatalf("reply published as %s, want U+0000 replaced by U+FFFD", ev.Data)
 		}
 	}

@@ -186,7 +186,7 @@ func (w *leaseWatch) clear(f *leaseFailure) {
 }
 
 // leaseTrier is a lease store that can try a claim without making it
-// (session.PostgresLeaseStore).
+// (pgstore.LeaseStore).
 type leaseTrier interface {
 	TryClaim(ctx context.Context, key, owner string, ttl time.Duration) error
 }

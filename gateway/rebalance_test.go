@@ -12,17 +12,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
-	"github.com/relaygw/relay/session"
 	"go.uber.org/zap/zaptest"
 )
 
 // addWith starts one more node in the cluster like add, with mut applied to
 // its configuration last.
-func (c *testCluster) addWith(name string, agent session.Agent, mut func(*Config)) (*Node, *httptest.Server) {
+func (c *testCluster) addWith(name string, agent agent.Agent, mut func(*Config)) (*Node, *httptest.Server) {
 	t := c.t
 	t.Helper()
 	cfg := DefaultConfig()
@@ -67,8 +67,8 @@ func (c *testCluster) remove(i int) {
 	c.srvs = slices.Delete(c.srvs, i, i+1)
 }
 
-func posOf(ev phxtest.SessionEvent) session.Position {
-	return session.Position{Epoch: ev.Epoch, Seq: ev.Seq}
+func posOf(ev phxtest.SessionEvent) agent.Position {
+	return agent.Position{Epoch: ev.Epoch, Seq: ev.Seq}
 }
 
 func seqsOf(evs []phxtest.SessionEvent) []int64 {
@@ -96,17 +96,17 @@ func assertContiguous(t *testing.T, evs []phxtest.SessionEvent) {
 // turn when steps is closed, so a test decides how long a turn streams.
 type stepAgent struct{ steps chan struct{} }
 
-func (a stepAgent) Run(ctx context.Context, _ session.Turn, emit session.Emit) (session.Message, error) {
+func (a stepAgent) Run(ctx context.Context, _ agent.Turn, emit agent.Emit) (agent.Message, error) {
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
-			return session.Message{}, ctx.Err()
+			return agent.Message{}, ctx.Err()
 		case _, ok := <-a.steps:
 			if !ok {
-				return session.Message{Role: "assistant", Content: "done"}, nil
+				return agent.Message{Role: "assistant", Content: "done"}, nil
 			}
-			if err := emit(ctx, session.TypeDelta, map[string]string{"text": "s" + strconv.Itoa(i) + " "}); err != nil {
-				return session.Message{}, err
+			if err := emit(ctx, agent.TypeDelta, map[string]string{"text": "s" + strconv.Itoa(i) + " "}); err != nil {
+				return agent.Message{}, err
 			}
 		}
 	}
@@ -122,11 +122,11 @@ type gapFollower struct {
 	s     *phxtest.Socket
 	topic string
 
-	last    session.Position
+	last    agent.Position
 	events  []phxtest.SessionEvent // contiguous, after the initial join
-	gaps    [][2]session.Position
-	rejoins []map[string]any   // join replies of the rejoins
-	dups    []session.Position // events at or before last, after a join reply
+	gaps    [][2]agent.Position
+	rejoins []map[string]any // join replies of the rejoins
+	dups    []agent.Position // events at or before last, after a join reply
 }
 
 // follow reads until the stream holds a turn_completed, rejoining on gaps.
@@ -162,11 +162,11 @@ func (f *gapFollower) follow(ctx context.Context) error {
 		case ev.Seq == f.last.Seq+1:
 			f.events = append(f.events, ev)
 			f.last = posOf(ev)
-			if ev.Type == session.TypeTurnCompleted {
+			if ev.Type == agent.TypeTurnCompleted {
 				return nil
 			}
 		default:
-			f.gaps = append(f.gaps, [2]session.Position{f.last, posOf(ev)})
+			f.gaps = append(f.gaps, [2]agent.Position{f.last, posOf(ev)})
 			if awaiting, err = f.rejoin(ctx); err != nil {
 				return err
 			}
@@ -223,11 +223,11 @@ func waitReadyAmong(t *testing.T, nodes []*Node) {
 func TestRebalanceGapClosedByRejoin(t *testing.T) {
 	natsProxy := testenv.Proxy(t, mustHostPort(t, testenv.NATSURL()))
 	steps := make(chan struct{})
-	agent := stepAgent{steps: steps}
+	ag := stepAgent{steps: steps}
 	c := newTestCluster(t)
-	c.addWith("a", agent, nil)
-	c.addWith("b", agent, func(cfg *Config) { cfg.NATSURL = natsProxy.URL(testenv.NATSURL()) })
-	c.addWith("cc", agent, nil)
+	c.addWith("a", ag, nil)
+	c.addWith("b", ag, func(cfg *Config) { cfg.NATSURL = natsProxy.URL(testenv.NATSURL()) })
+	c.addWith("cc", ag, nil)
 	c.waitReady()
 	a := c.nodes[0]
 	tok := c.token()
@@ -237,7 +237,7 @@ func TestRebalanceGapClosedByRejoin(t *testing.T) {
 		ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))
 		r := ws.Join("session:rb", map[string]any{"last_event": map[string]any{"epoch": 0, "seq": 0}})
 		followers[i] = &gapFollower{s: ws.S, topic: "session:rb",
-			last: session.Position{Epoch: int64(r["epoch"].(float64)), Seq: int64(r["seq"].(float64))}}
+			last: agent.Position{Epoch: int64(r["epoch"].(float64)), Seq: int64(r["seq"].(float64))}}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -273,7 +273,7 @@ func TestRebalanceGapClosedByRejoin(t *testing.T) {
 	step(5)
 
 	// A node joins while the turn streams.
-	c.addWith("d", agent, nil)
+	c.addWith("d", ag, nil)
 	pump(func() bool { return a.scope.Status() == muster.Ready && len(a.scope.Members()) == 4 })
 
 	// b is cut off from NATS: what a publishes now cannot reach b's socket.
@@ -310,7 +310,7 @@ func TestRebalanceGapClosedByRejoin(t *testing.T) {
 		}
 	}
 
-	logged, complete, err := a.replay.Since(ctx, "rb", session.Position{}, 0)
+	logged, complete, err := a.replay.Since(ctx, "rb", agent.Position{}, 0)
 	if err != nil || !complete {
 		t.Fatalf("replay log of rb: complete %v, %v", complete, err)
 	}

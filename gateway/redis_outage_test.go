@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
@@ -36,7 +37,7 @@ func TestRedisOutage(t *testing.T) {
 	watcher := phxtest.DialT(t, phxtest.URL(srvB.URL, tok))
 	watcher.Join("session:o1", map[string]any{})
 	post(t, srvA, "o1", "before the outage") // a owns o1
-	before := watcher.EventsUntil(session.TypeTurnCompleted)
+	before := watcher.EventsUntil(agent.TypeTurnCompleted)
 	assertContiguous(t, before)
 	beforeLast := posOf(before[len(before)-1])
 
@@ -51,7 +52,7 @@ func TestRedisOutage(t *testing.T) {
 	// Redis down: the turn still streams live, across nodes.
 	proxy.Cut()
 	post(t, srvA, "o1", "during the outage")
-	during := watcher.EventsUntil(session.TypeTurnCompleted)
+	during := watcher.EventsUntil(agent.TypeTurnCompleted)
 	assertContiguous(t, append(append([]phxtest.SessionEvent(nil), before...), during...))
 	if len(during) != 7 {
 		t.Fatalf("watcher got %d live events during the outage, want 7 (user_event, turn_started, 3 deltas, message, turn_completed)", len(during))
@@ -86,7 +87,7 @@ func TestRedisOutage(t *testing.T) {
 		waitReadyz(t, srv.URL, http.StatusOK, "")
 	}
 	post(t, srvA, "o1", "after it")
-	afterEvs := watcher.EventsUntil(session.TypeTurnCompleted)
+	afterEvs := watcher.EventsUntil(agent.TypeTurnCompleted)
 	assertContiguous(t, append(append([]phxtest.SessionEvent(nil), during...), afterEvs...))
 	for i, srv := range c.srvs {
 		ws := phxtest.DialT(t, phxtest.URL(srv.URL, tok))

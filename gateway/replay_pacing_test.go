@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/session"
 )
 
 // TestReplayBiggerThanSocketQueueReachesReader: the replay log holds 250
@@ -25,7 +25,7 @@ func TestReplayBiggerThanSocketQueueReachesReader(t *testing.T) {
 	text := strings.Repeat("w", size)
 	for i := 1; i <= n; i++ {
 		data, _ := json.Marshal(map[string]string{"text": text})
-		ev := session.Event{Session: "big", Epoch: 1, Seq: int64(i), Type: session.TypeDelta, Data: data, At: time.Now().UTC()}
+		ev := agent.Event{Session: "big", Epoch: 1, Seq: int64(i), Type: agent.TypeDelta, Data: data, At: time.Now().UTC()}
 		if err := node.replay.Append(ctx, ev); err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/relaygw/relay/migrations"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
+	"github.com/relaygw/relay/session/redisstore"
 	"go.uber.org/zap"
 )
 
@@ -29,8 +31,8 @@ func (n *Node) buildStores(ctx context.Context) error {
 		if err := migrations.Apply(ctx, pool, schema); err != nil {
 			return fmt.Errorf("gateway: %w", err)
 		}
-		n.leases = session.NewPostgresLeaseStore(pool)
-		n.store = session.NewPostgresSessionStore(pool)
+		n.leases = pgstore.NewLeaseStore(pool)
+		n.store = pgstore.NewSessionStore(pool)
 	} else {
 		n.leases = session.NewMemoryLeaseStore()
 		n.store = session.NewMemorySessionStore()
@@ -53,7 +55,7 @@ func (n *Node) buildStores(ctx context.Context) error {
 		client := redis.NewClient(opt)
 		n.closers = append(n.closers, func() { _ = client.Close() })
 		n.redis = client
-		n.replay = session.NewRedisReplayLog(client, session.RedisReplayConfig{
+		n.replay = redisstore.NewReplayLog(client, redisstore.ReplayConfig{
 			Prefix: cfg.Cluster + ":", MaxLen: cfg.ReplayMaxLen, TTL: cfg.ReplayTTL,
 		})
 	} else {

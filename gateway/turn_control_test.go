@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/session"
 )
@@ -182,7 +183,7 @@ func FuzzDecodeAnswer(f *testing.F) {
 			}
 			return
 		}
-		if in.Type != session.TypeResume || session.ValidateInput(in) != nil {
+		if in.Type != agent.TypeResume || agent.ValidateInput(in) != nil {
 			t.Fatalf("DecodeAnswer(%q, %q) = %+v: not a valid resume input", iid, body, in)
 		}
 		var d struct {
@@ -217,7 +218,7 @@ func FuzzDecodeControlPushes(f *testing.F) {
 			}
 			return
 		}
-		if in.Type != session.TypeResume || session.ValidateInput(in) != nil {
+		if in.Type != agent.TypeResume || agent.ValidateInput(in) != nil {
 			t.Fatalf("resume %q decoded to an invalid input %+v", payload, in)
 		}
 	})

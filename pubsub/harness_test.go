@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/memnet"
@@ -190,8 +191,8 @@ func (c *cluster) topicRoutedTo(router string) string {
 	return ""
 }
 
-func event(id string, seq int64) session.Event {
-	return session.Event{Session: id, Epoch: 1, Seq: seq, Type: session.TypeDelta,
+func event(id string, seq int64) agent.Event {
+	return agent.Event{Session: id, Epoch: 1, Seq: seq, Type: agent.TypeDelta,
 		Data: json.RawMessage(`{"text":"w"}`), At: time.Unix(1700000000, 0).UTC()}
 }
 

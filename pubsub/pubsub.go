@@ -42,13 +42,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/session"
 )
 
 // Local delivers a broadcast to this node's sockets subscribed to topic and
 // returns how many took it. *channels.Hub implements it. meta is the event's
-// session.Position: a joining channel's replay seam reads it to drop live
+// agent.Position: a joining channel's replay seam reads it to drop live
 // copies of replayed events (session.ReplayResult.Duplicate).
 type Local interface {
 	Broadcast(topic, event string, payload json.RawMessage, meta any) int
@@ -248,7 +249,7 @@ func (p *PubSub) LeaveTopic(topic string) {
 // The routed fan-out does not end with ctx: a local fan-out to many sockets
 // can outlast the caller's deadline, and the sends after it only queue
 // messages on the transport (they never wait for a reply).
-func (p *PubSub) Publish(ctx context.Context, ev session.Event) error {
+func (p *PubSub) Publish(ctx context.Context, ev agent.Event) error {
 	ctx = context.WithoutCancel(ctx)
 	payload, err := json.Marshal(ev)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/pubsub"
@@ -67,7 +68,7 @@ func TestPublishReachesOnlyHolders(t *testing.T) {
 		}
 	}
 	for i, b := range a.local.calls() {
-		if b.sentBefore != before["a"].Sent+int64(i) || b.meta != (session.Position{Epoch: 1, Seq: int64(i + 1)}) || b.topic != session.Topic(id) || b.event != session.TypeDelta {
+		if b.sentBefore != before["a"].Sent+int64(i) || b.meta != (agent.Position{Epoch: 1, Seq: int64(i + 1)}) || b.topic != session.Topic(id) || b.event != agent.TypeDelta {
 			t.Fatalf("origin's local broadcast %d = %+v: want it before the event's send, with the event's position", i, b)
 		}
 	}
@@ -76,7 +77,7 @@ func TestPublishReachesOnlyHolders(t *testing.T) {
 		t.Fatalf("holder's sockets got %d broadcasts, want 7", len(calls))
 	}
 	for i, b := range calls {
-		if b.meta != (session.Position{Epoch: 1, Seq: int64(i + 1)}) || string(b.payload) != string(a.local.calls()[i].payload) {
+		if b.meta != (agent.Position{Epoch: 1, Seq: int64(i + 1)}) || string(b.payload) != string(a.local.calls()[i].payload) {
 			t.Fatalf("holder's broadcast %d = %+v, want the origin's event %d", i, b, i+1)
 		}
 	}

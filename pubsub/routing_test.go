@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/natstransport"
@@ -81,7 +82,7 @@ func TestTopicSubject(t *testing.T) {
 	}
 }
 
-// FuzzTopicSubject: any topic (a session id accepted by session.ValidID, or
+// FuzzTopicSubject: any topic (a session id accepted by agent.ValidID, or
 // any other string) maps to one valid subject token, and distinct topics to
 // distinct tokens, so a subscription never receives another topic's events
 // by escaping.
@@ -100,7 +101,7 @@ func FuzzTopicSubject(f *testing.F) {
 		if a != b && ta == tb {
 			t.Fatalf("topics %q and %q share token %q", a, b, ta)
 		}
-		if id := strings.TrimPrefix(a, "session:"); session.ValidID(id) && strings.Contains(ta, "%h") {
+		if id := strings.TrimPrefix(a, "session:"); agent.ValidID(id) && strings.Contains(ta, "%h") {
 			t.Fatalf("a session topic %q was hashed: %q", a, ta)
 		}
 	})
@@ -121,7 +122,7 @@ func newSeqLocal() *seqLocal {
 }
 
 func (l *seqLocal) Broadcast(topic, _ string, _ json.RawMessage, meta any) int {
-	p, _ := meta.(session.Position)
+	p, _ := meta.(agent.Position)
 	l.mu.Lock()
 	l.got[topic] = append(l.got[topic], p.Seq)
 	hook := l.onBroadcast

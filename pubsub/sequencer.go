@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -50,7 +51,7 @@ type SequencerConfig struct {
 //
 // The first event of a topic (no position known) is handed on at once
 // unless Seed named a position before it. Broadcasts without a
-// session.Position meta (presence diffs) go straight through. Safe for
+// agent.Position meta (presence diffs) go straight through. Safe for
 // concurrent use; a topic's events reach Local under that topic's lock, so
 // in order.
 type Sequencer struct {
@@ -66,7 +67,7 @@ type Sequencer struct {
 
 type topicOrder struct {
 	mu    sync.Mutex
-	last  session.Position
+	last  agent.Position
 	known bool // last is set
 	// seeded: last came from Seed, no event was handed on since; a later
 	// Seed may lower it.
@@ -77,8 +78,8 @@ type topicOrder struct {
 }
 
 type heldEvent struct {
-	pos     session.Position
-	prev    *session.Position
+	pos     agent.Position
+	prev    *agent.Position
 	event   string
 	payload json.RawMessage
 }
@@ -119,7 +120,7 @@ func (s *Sequencer) topic(name string) *topicOrder {
 // after it. Several joiners seeding before any event came leave the
 // lowest of their positions (none of them misses an event). It does
 // nothing once an event was handed on.
-func (s *Sequencer) Seed(topic string, pos session.Position) {
+func (s *Sequencer) Seed(topic string, pos agent.Position) {
 	if pos.IsZero() {
 		return
 	}
@@ -168,7 +169,7 @@ func (s *Sequencer) Close() {
 // Broadcast implements Local. It returns how many sockets took the event
 // now: 0 for an event held or dropped.
 func (s *Sequencer) Broadcast(topic, event string, payload json.RawMessage, meta any) int {
-	pos, ok := meta.(session.Position)
+	pos, ok := meta.(agent.Position)
 	if !ok {
 		return s.local.Broadcast(topic, event, payload, meta)
 	}
@@ -184,7 +185,7 @@ func (s *Sequencer) Broadcast(topic, event string, payload json.RawMessage, meta
 	case t.known && !t.last.Less(pos):
 		s.m.ReorderDropped.Inc()
 		return 0
-	case !t.known || session.Contiguous(t.last, session.Event{Epoch: pos.Epoch, Seq: pos.Seq, Prev: prevOf(t.last, pos, payload)}):
+	case !t.known || session.Contiguous(t.last, agent.Event{Epoch: pos.Epoch, Seq: pos.Seq, Prev: prevOf(t.last, pos, payload)}):
 		n := s.hand(t, topic, event, payload, pos)
 		s.release(t, topic)
 		return n
@@ -216,7 +217,7 @@ func (s *Sequencer) Broadcast(topic, event string, payload json.RawMessage, meta
 }
 
 // hand delivers one event and makes it the topic's last. t.mu is held.
-func (s *Sequencer) hand(t *topicOrder, topic, event string, payload json.RawMessage, pos session.Position) int {
+func (s *Sequencer) hand(t *topicOrder, topic, event string, payload json.RawMessage, pos agent.Position) int {
 	t.last, t.known, t.seeded = pos, true, false
 	return s.local.Broadcast(topic, event, payload, pos)
 }
@@ -231,7 +232,7 @@ func (s *Sequencer) release(t *topicOrder, topic string) {
 			s.m.ReorderDropped.Inc()
 			continue
 		}
-		if !session.Contiguous(t.last, session.Event{Epoch: h.pos.Epoch, Seq: h.pos.Seq, Prev: h.prev}) {
+		if !session.Contiguous(t.last, agent.Event{Epoch: h.pos.Epoch, Seq: h.pos.Seq, Prev: h.prev}) {
 			break
 		}
 		s.hand(t, topic, h.event, h.payload, h.pos)
@@ -279,12 +280,12 @@ func (s *Sequencer) expire(topic string, t *topicOrder) {
 // prevOf reads an epoch's first event's Prev from its JSON payload, only
 // when pos starts an epoch after last (the only case the order rule reads
 // it).
-func prevOf(last, pos session.Position, payload json.RawMessage) *session.Position {
+func prevOf(last, pos agent.Position, payload json.RawMessage) *agent.Position {
 	if pos.Epoch <= last.Epoch {
 		return nil
 	}
 	var ev struct {
-		Prev *session.Position `json:"prev"`
+		Prev *agent.Position `json:"prev"`
 	}
 	if json.Unmarshal(payload, &ev) != nil {
 		return nil

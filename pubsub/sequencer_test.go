@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/pubsub"
-	"github.com/relaygw/relay/session"
 )
 
 // recLocal records what reaches the sockets.
@@ -21,7 +21,7 @@ type recLocal struct {
 func (r *recLocal) Broadcast(topic, event string, _ json.RawMessage, meta any) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p, ok := meta.(session.Position); ok {
+	if p, ok := meta.(agent.Position); ok {
 		r.got = append(r.got, p.String())
 	} else {
 		r.got = append(r.got, event)
@@ -80,8 +80,8 @@ func newSeq(t *testing.T) (*pubsub.Sequencer, *recLocal, *manualTimers) {
 	return pubsub.NewSequencer(local, pubsub.SequencerConfig{Window: time.Second, MaxHeld: 4, AfterFunc: timers.after}), local, timers
 }
 
-func send(s *pubsub.Sequencer, epoch, seq int64, prev *session.Position) {
-	ev := session.Event{Session: "s", Epoch: epoch, Seq: seq, Type: session.TypeDelta, Data: json.RawMessage(`{}`), Prev: prev}
+func send(s *pubsub.Sequencer, epoch, seq int64, prev *agent.Position) {
+	ev := agent.Event{Session: "s", Epoch: epoch, Seq: seq, Type: agent.TypeDelta, Data: json.RawMessage(`{}`), Prev: prev}
 	b, _ := json.Marshal(ev)
 	s.Broadcast("session:s", ev.Type, b, ev.Pos())
 }
@@ -149,7 +149,7 @@ func TestSequencerMaxHeld(t *testing.T) {
 // its Prev is at or before it (the seq may step back); with Prev after it,
 // the old epoch's tail is missing and the event waits.
 func TestSequencerEpochs(t *testing.T) {
-	p := func(e, s int64) *session.Position { return &session.Position{Epoch: e, Seq: s} }
+	p := func(e, s int64) *agent.Position { return &agent.Position{Epoch: e, Seq: s} }
 	s, local, timers := newSeq(t)
 	send(s, 1, 10, nil)
 	send(s, 2, 9, p(1, 10)) // stepped back: follows 1-10
@@ -172,7 +172,7 @@ func TestSequencerEpochs(t *testing.T) {
 // state and the held events; broadcasts without a position pass.
 func TestSequencerSeedForget(t *testing.T) {
 	s, local, timers := newSeq(t)
-	s.Seed("session:s", session.Position{Epoch: 1, Seq: 4})
+	s.Seed("session:s", agent.Position{Epoch: 1, Seq: 4})
 	send(s, 1, 6, nil) // 1-5 missing after the seed
 	send(s, 1, 4, nil) // at the seed
 	want(t, local)
@@ -180,7 +180,7 @@ func TestSequencerSeedForget(t *testing.T) {
 	want(t, local, "presence_diff")
 	send(s, 1, 5, nil)
 	want(t, local, "1-5", "1-6")
-	s.Seed("session:s", session.Position{Epoch: 1, Seq: 3}) // an event went out since: ignored
+	s.Seed("session:s", agent.Position{Epoch: 1, Seq: 3}) // an event went out since: ignored
 	send(s, 1, 8, nil)
 	s.Forget("session:s")
 	if timers.fire() != 0 {
@@ -193,9 +193,9 @@ func TestSequencerSeedForget(t *testing.T) {
 	// Two joiners seed before any event comes: the lower position wins,
 	// so neither misses an event.
 	s.Forget("session:s")
-	s.Seed("session:s", session.Position{Epoch: 1, Seq: 60})
-	s.Seed("session:s", session.Position{Epoch: 1, Seq: 50})
-	s.Seed("session:s", session.Position{Epoch: 1, Seq: 55})
+	s.Seed("session:s", agent.Position{Epoch: 1, Seq: 60})
+	s.Seed("session:s", agent.Position{Epoch: 1, Seq: 50})
+	s.Seed("session:s", agent.Position{Epoch: 1, Seq: 55})
 	send(s, 1, 51, nil)
 	want(t, local, "1-51")
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 // WireVersion is the envelope version this node writes and the only one it
@@ -43,17 +43,17 @@ func (k Kind) String() string {
 //	[0]      version (1)
 //	[1]      kind (1 route, 2 deliver)
 //	[2:10]   view hash, uint64 (the sender's, on route; 0 on deliver)
-//	varint   epoch, varint seq (the event's session.Position)
+//	varint   epoch, varint seq (the event's agent.Position)
 //	uvarint  length, then the topic; the same for the event name and the origin node
-//	rest     payload: the event's JSON (session.Event)
+//	rest     payload: the event's JSON (agent.Event)
 type Message struct {
 	Kind     Kind
-	Topic    string           // "session:<id>"
-	Event    string           // the event type, the broadcast's event name
-	Origin   string           // the node that published the event
-	ViewHash uint64           // the origin's Muster view hash (KindRoute)
-	Pos      session.Position // the event's position: the replay seam's skip reads it
-	Payload  []byte           // the event as JSON
+	Topic    string         // "session:<id>"
+	Event    string         // the event type, the broadcast's event name
+	Origin   string         // the node that published the event
+	ViewHash uint64         // the origin's Muster view hash (KindRoute)
+	Pos      agent.Position // the event's position: the replay seam's skip reads it
+	Payload  []byte         // the event as JSON
 }
 
 // Decode errors; UnmarshalBinary wraps one of them.

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/pubsub"
-	"github.com/relaygw/relay/session"
 )
 
 // TestMessageRoundTrip: every field survives the wire, and the layout's
@@ -14,7 +14,7 @@ import (
 func TestMessageRoundTrip(t *testing.T) {
 	for _, m := range []pubsub.Message{
 		{Kind: pubsub.KindRoute, Topic: "session:s1", Event: "delta", Origin: "node-a", ViewHash: 0xdeadbeefcafef00d,
-			Pos: session.Position{Epoch: 3, Seq: 1 << 40}, Payload: []byte(`{"session":"s1","seq":1099511627776}`)},
+			Pos: agent.Position{Epoch: 3, Seq: 1 << 40}, Payload: []byte(`{"session":"s1","seq":1099511627776}`)},
 		{Kind: pubsub.KindDeliver, Topic: "session:é", Origin: "b"},
 	} {
 		b, err := m.MarshalBinary()
@@ -64,7 +64,7 @@ func TestMessageDecodeErrors(t *testing.T) {
 // message that decodes to the same fields.
 func FuzzMessage(f *testing.F) {
 	seed, _ := (&pubsub.Message{Kind: pubsub.KindRoute, Topic: "session:s", Event: "delta", Origin: "a", ViewHash: 7,
-		Pos: session.Position{Epoch: 1, Seq: 2}, Payload: []byte(`{}`)}).MarshalBinary()
+		Pos: agent.Position{Epoch: 1, Seq: 2}, Payload: []byte(`{}`)}).MarshalBinary()
 	f.Add(seed)
 	f.Add([]byte{1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -9,6 +9,8 @@ import (
 
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // actor runs one session on this node: a goroutine (run) that owns the
@@ -47,7 +49,7 @@ type actor struct {
 	// messages (the agent's context); pending mirrors the store's inbox
 	// minus the running turn's input.
 	seq      int64
-	history  []Message
+	history  []agent.Message
 	keys     *keySet
 	pending  []pendingInput
 	turn     *turnRun
@@ -56,7 +58,7 @@ type actor struct {
 	// prev is the previous epoch's last position, carried by this epoch's
 	// first event (Event.Prev) and then cleared; journal is the inbox
 	// head's turn journal found at thaw, used by its first run here.
-	prev    *Position
+	prev    *agent.Position
 	journal *journal
 	// tailExpired holds the ids of the interrupts an interrupt_expired in
 	// the replay log's tail names (readTail), so a thawed interrupt an
@@ -85,7 +87,7 @@ type actorView struct {
 
 // submitReq is an input, or a control when ctl is set.
 type submitReq struct {
-	in    Input
+	in    agent.Input
 	ctl   *Control
 	trace oteltrace.SpanContext // the accepting span (an input's turn starts under it)
 	reply chan submitReply      // buffered 1
@@ -290,7 +292,7 @@ func (a *actor) thaw() error {
 	if ValidMultitask(th.DoubleTexting) {
 		a.mode = th.DoubleTexting
 	}
-	a.history = make([]Message, 0, len(th.History))
+	a.history = make([]agent.Message, 0, len(th.History))
 	for _, m := range th.History {
 		a.history = append(a.history, m.Message)
 	}

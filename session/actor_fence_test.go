@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -43,7 +44,7 @@ func testFenceCanary(t *testing.T, st *stores, post string) {
 		t.Fatalf("B accepted at %+v, want epoch 2 (takeover)", accB)
 	}
 	// B thaws A's running input from the inbox and runs it again first.
-	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 2)
 	// A still believes it owns s1.
 	if info := a.Sessions(); len(info) != 1 || info[0].Epoch != 1 || !info[0].Running {
 		t.Fatalf("A's sessions = %+v, want s1 running at epoch 1", info)
@@ -64,7 +65,7 @@ func testFenceCanary(t *testing.T, st *stores, post string) {
 	if got := recA.all(); len(got) != publishedBefore {
 		t.Fatalf("A published %v after it was fenced", types(got[publishedBefore:]))
 	}
-	if got := types(recA.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta}) {
+	if got := types(recA.all()); !reflect.DeepEqual(got, []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta}) {
 		t.Fatalf("A published %v, want only the turn's start", got)
 	}
 	if len(a.Sessions()) != 0 {
@@ -74,16 +75,16 @@ func testFenceCanary(t *testing.T, st *stores, post string) {
 		t.Fatalf("A's stats = %+v, want one fence", a.Stats())
 	}
 	s := loadStored(t, st.store, "s1")
-	want := []Message{{Role: "user", Content: "first"}, {Role: "assistant", Content: "first"}, {Role: "user", Content: "second"}, {Role: "assistant", Content: "second"}}
+	want := []agent.Message{{Role: "user", Content: "first"}, {Role: "assistant", Content: "first"}, {Role: "user", Content: "second"}, {Role: "assistant", Content: "second"}}
 	if s.Epoch != 2 || !reflect.DeepEqual(messages(s.History), want) || len(s.Inbox) != 0 {
 		t.Fatalf("stored = epoch %d %v (inbox %v), want B's: epoch 2 %v", s.Epoch, s.History, s.Inbox, want)
 	}
 	for _, ev := range logEvents(t, st.log, "s1") {
-		if ev.Epoch == 1 && (ev.Type == TypeMessage || ev.Type == TypeTurnCompleted || ev.Type == TypeTurnFailed) {
+		if ev.Epoch == 1 && (ev.Type == agent.TypeMessage || ev.Type == agent.TypeTurnCompleted || ev.Type == agent.TypeTurnFailed) {
 			t.Fatalf("A's turn end reached the log: %+v", ev)
 		}
 	}
-	if len(recB.ofType(TypeMessage)) != 2 {
+	if len(recB.ofType(agent.TypeMessage)) != 2 {
 		t.Fatalf("B published %v", types(recB.all()))
 	}
 	// A learns the holder on its next input.
@@ -117,12 +118,12 @@ func TestSubmitReplacesActorOfOlderEpoch(t *testing.T) {
 		t.Fatalf("%d thaws, want 2", n)
 	}
 	for _, ev := range rec.all() {
-		if ev.Epoch == 1 && ev.Type != TypeUserEvent && ev.Type != TypeTurnStarted {
+		if ev.Epoch == 1 && ev.Type != agent.TypeUserEvent && ev.Type != agent.TypeTurnStarted {
 			t.Fatalf("old epoch published %s", ev.Type)
 		}
 	}
 	close(ag.release)
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted, "epoch", int64(2)), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted, "epoch", int64(2)), 1)
 	if info := m.Sessions(); len(info) != 1 || info[0].Epoch != 2 {
 		t.Fatalf("sessions = %+v", info)
 	}

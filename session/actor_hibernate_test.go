@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -20,7 +21,7 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	done := waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	idleCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := tr.WaitAfter(idleCtx, done.Seq, trace.Kind("session.idle")); err != nil {
@@ -51,7 +52,7 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 		t.Fatalf("lease after hibernation = %+v %v %v, want a/1's, expired", l, ok, err)
 	}
 	s := loadStored(t, st.store, "s1")
-	want := []Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}}
+	want := []agent.Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}}
 	if s.Epoch != 1 || s.Seq != 5 || !reflect.DeepEqual(messages(s.History), want) || len(s.Inbox) != 0 {
 		t.Fatalf("stored at hibernation = %+v", s)
 	}
@@ -69,9 +70,9 @@ func TestHibernateAfterIdleThenThaw(t *testing.T) {
 	if acc.Epoch != 2 || acc.Seq != 6 {
 		t.Fatalf("accepted after thaw at %+v, want 2-6", acc)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
 	stt := state(t, m, "s1")
-	want = append(want, Message{Role: "user", Content: "world"}, Message{Role: "assistant", Content: "world"})
+	want = append(want, agent.Message{Role: "user", Content: "world"}, agent.Message{Role: "assistant", Content: "world"})
 	if !reflect.DeepEqual(messages(stt.History), want) {
 		t.Fatalf("history after thaw = %v, want %v", stt.History, want)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 )
@@ -29,26 +30,26 @@ func TestReplayLogOutageKeepsPublishing(t *testing.T) {
 	prefix := testenv.RedisPrefix(t, client)
 
 	st := memoryStores()
-	st.log = NewRedisReplayLog(client, RedisReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour})
+	st.log = clusterAdapters(t).ReplayLog(client, prefix, 1000, time.Hour)
 	tr := trace.New()
 	cfg, rec, _ := testConfig(st, "a/1", tr)
 	cfg.StoreTimeout = 2 * time.Second
 	m := startManager(t, cfg)
 
 	submit(t, m, "s1", "before")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	proxy.Cut()
 	submit(t, m, "s1", "during outage")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
 	if got := m.Stats().LogAppendErrors; got != 6 {
 		t.Fatalf("%d append errors counted, want the 6 events of the second turn", got)
 	}
-	if n := len(rec.ofType(TypeMessage)); n != 2 {
+	if n := len(rec.ofType(agent.TypeMessage)); n != 2 {
 		t.Fatalf("%d messages published, want 2 (the outage must not stop the live stream)", n)
 	}
 	proxy.Restore()
 	submit(t, m, "s1", "after")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 3)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 3)
 
 	logged := logEvents(t, st.log, "s1")
 	assertIncreasing(t, logged)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // journal is the turn journal of the inbox head a thaw found
@@ -16,8 +18,8 @@ import (
 // emitted so far, read back from the replay log. ok is false when the log
 // could not prove it holds all of them.
 type journal struct {
-	input  Position
-	events []Event
+	input  agent.Position
+	events []agent.Event
 	ok     bool
 }
 
@@ -25,9 +27,9 @@ type journal struct {
 // the turn's input (its user_event), the attempt number, and for
 // turn_resumed the last journaled event the run continues after.
 type turnData struct {
-	Turn    Position  `json:"turn"`
-	Attempt int       `json:"attempt"`
-	From    *Position `json:"from,omitempty"`
+	Turn    agent.Position  `json:"turn"`
+	Attempt int             `json:"attempt"`
+	From    *agent.Position `json:"from,omitempty"`
 }
 
 // readTail reads the replay log where the previous epochs left off (one
@@ -51,11 +53,11 @@ func (a *actor) readTail(th Thawed) {
 	if th.FromEpoch == 0 {
 		return
 	}
-	stored := Position{Epoch: th.FromEpoch, Seq: th.Seq}
+	stored := agent.Position{Epoch: th.FromEpoch, Seq: th.Seq}
 	top := stored
 	after := stored
 	if len(th.Inbox) > 0 {
-		if p := (Position{Epoch: th.Inbox[0].Epoch, Seq: th.Inbox[0].Seq - 1}); p.Less(after) {
+		if p := (agent.Position{Epoch: th.Inbox[0].Epoch, Seq: th.Inbox[0].Seq - 1}); p.Less(after) {
 			after = p
 		}
 	}
@@ -75,7 +77,7 @@ func (a *actor) readTail(th Thawed) {
 		evs, complete = nil, false
 	}
 	for _, ev := range evs {
-		if ev.Type == TypeInterruptExpired {
+		if ev.Type == agent.TypeInterruptExpired {
 			var d struct {
 				Interrupt string `json:"interrupt"`
 			}
@@ -116,15 +118,15 @@ func (a *actor) readTail(th Thawed) {
 
 // lastTurn returns the input position of the newest history message's turn
 // (ok false: no history, or history carried over without positions).
-func lastTurn(h []StoredMessage) (Position, bool) {
+func lastTurn(h []StoredMessage) (agent.Position, bool) {
 	if len(h) == 0 || h[len(h)-1].Turn.Epoch == 0 {
-		return Position{}, false
+		return agent.Position{}, false
 	}
 	return h[len(h)-1].Turn, true
 }
 
 // eventsAfter returns the events of evs (ordered) strictly after p.
-func eventsAfter(evs []Event, p Position) []Event {
+func eventsAfter(evs []agent.Event, p agent.Position) []agent.Event {
 	for i, ev := range evs {
 		if p.Less(ev.Pos()) {
 			return evs[i:]
@@ -152,8 +154,8 @@ func eventsAfter(evs []Event, p Position) []Event {
 // append that fails (the log refused it or is unreachable) ends the repair:
 // what is not logged stays a hole that the next event's seq (or prev)
 // shows.
-func (a *actor) repairTail(th Thawed, evs []Event, logTop Position, last Position, lastOK bool) Position {
-	var fix []Event
+func (a *actor) repairTail(th Thawed, evs []agent.Event, logTop agent.Position, last agent.Position, lastOK bool) agent.Position {
+	var fix []agent.Event
 	if lastOK {
 		fix = a.turnEnd(th, evs, logTop, last)
 	}
@@ -166,7 +168,7 @@ func (a *actor) repairTail(th Thawed, evs []Event, logTop Position, last Positio
 		if err != nil {
 			continue
 		}
-		fix = append(fix, Event{Session: a.id, Epoch: p.Epoch, Seq: p.Seq, Type: TypeUserEvent, Data: data})
+		fix = append(fix, agent.Event{Session: a.id, Epoch: p.Epoch, Seq: p.Seq, Type: agent.TypeUserEvent, Data: data})
 	}
 	for _, ev := range fix {
 		if !a.relog(ev) {
@@ -182,7 +184,7 @@ func (a *actor) repairTail(th Thawed, evs []Event, logTop Position, last Positio
 // after the turn's last start hold no turn end and no other turn's start,
 // the log's top is the turn's last event, and the stored seq covers the
 // missing events. Otherwise nil.
-func (a *actor) turnEnd(th Thawed, evs []Event, logTop Position, last Position) []Event {
+func (a *actor) turnEnd(th Thawed, evs []agent.Event, logTop agent.Position, last agent.Position) []agent.Event {
 	start := -1
 	for i, ev := range evs {
 		if d, ok := turnOf(ev); ok && d.Turn == last {
@@ -195,9 +197,9 @@ func (a *actor) turnEnd(th Thawed, evs []Event, logTop Position, last Position) 
 	hasMessage := false
 	for _, ev := range evs[start+1:] {
 		switch ev.Type {
-		case TypeTurnCompleted, TypeTurnFailed, TypeTurnStopped, TypeInterrupt, TypeTurnStarted, TypeTurnResumed:
+		case agent.TypeTurnCompleted, agent.TypeTurnFailed, agent.TypeTurnStopped, agent.TypeInterrupt, agent.TypeTurnStarted, agent.TypeTurnResumed:
 			return nil
-		case TypeMessage:
+		case agent.TypeMessage:
 			hasMessage = true
 		}
 	}
@@ -205,34 +207,34 @@ func (a *actor) turnEnd(th Thawed, evs []Event, logTop Position, last Position) 
 	var types []string
 	var datas []json.RawMessage
 	switch {
-	case reply.Role == RoleInterrupt:
-		types, datas = []string{TypeInterrupt}, []json.RawMessage{json.RawMessage(reply.Content)}
+	case reply.Role == agent.RoleInterrupt:
+		types, datas = []string{agent.TypeInterrupt}, []json.RawMessage{json.RawMessage(reply.Content)}
 	case reply.Role == "assistant" && reply.Stopped:
 		data, _ := json.Marshal(stoppedData{Turn: last, Partial: reply.Content})
-		types, datas = []string{TypeTurnStopped}, []json.RawMessage{data}
+		types, datas = []string{agent.TypeTurnStopped}, []json.RawMessage{data}
 	case reply.Role != "assistant":
 		data, _ := json.Marshal(map[string]string{"error": "session: the turn failed; its owner stopped before logging its end"})
-		types, datas = []string{TypeTurnFailed}, []json.RawMessage{data}
+		types, datas = []string{agent.TypeTurnFailed}, []json.RawMessage{data}
 	case hasMessage:
-		types, datas = []string{TypeTurnCompleted}, []json.RawMessage{emptyObject}
+		types, datas = []string{agent.TypeTurnCompleted}, []json.RawMessage{emptyObject}
 	default:
 		data, _ := json.Marshal(reply.Message)
-		types, datas = []string{TypeMessage, TypeTurnCompleted}, []json.RawMessage{data, emptyObject}
+		types, datas = []string{agent.TypeMessage, agent.TypeTurnCompleted}, []json.RawMessage{data, emptyObject}
 	}
 	if logTop.Seq+int64(len(types)) > th.Seq {
 		return nil
 	}
-	out := make([]Event, len(types))
+	out := make([]agent.Event, len(types))
 	for i := range types {
-		out[i] = Event{Session: a.id, Epoch: logTop.Epoch, Seq: logTop.Seq + 1 + int64(i), Type: types[i], Data: datas[i]}
+		out[i] = agent.Event{Session: a.id, Epoch: logTop.Epoch, Seq: logTop.Seq + 1 + int64(i), Type: types[i], Data: datas[i]}
 	}
 	return out
 }
 
 // turnOf returns the data of a turn_started or turn_resumed event.
-func turnOf(ev Event) (turnData, bool) {
+func turnOf(ev agent.Event) (turnData, bool) {
 	var d turnData
-	if ev.Type != TypeTurnStarted && ev.Type != TypeTurnResumed || json.Unmarshal(ev.Data, &d) != nil {
+	if ev.Type != agent.TypeTurnStarted && ev.Type != agent.TypeTurnResumed || json.Unmarshal(ev.Data, &d) != nil {
 		return turnData{}, false
 	}
 	return d, true
@@ -240,7 +242,7 @@ func turnOf(ev Event) (turnData, bool) {
 
 // relog appends ev, an event at a position an earlier owner took but never
 // logged, and publishes it. It reports whether the append landed.
-func (a *actor) relog(ev Event) bool {
+func (a *actor) relog(ev agent.Event) bool {
 	if !a.leaseLive() {
 		return false
 	}
@@ -271,7 +273,7 @@ func (a *actor) relog(ev Event) bool {
 // an epoch, when an epoch's first event says its predecessor ended later
 // than the log holds (Event.Prev), or when no turn_started of the input is
 // found.
-func turnJournal(evs []Event, complete bool, head Position) ([]Event, bool) {
+func turnJournal(evs []agent.Event, complete bool, head agent.Position) ([]agent.Event, bool) {
 	if !complete {
 		return nil, false
 	}
@@ -282,7 +284,7 @@ func turnJournal(evs []Event, complete bool, head Position) ([]Event, bool) {
 			return nil, false
 		}
 		top = ev.Pos()
-		if ev.Type != TypeTurnStarted {
+		if ev.Type != agent.TypeTurnStarted {
 			continue
 		}
 		var d turnData
@@ -293,9 +295,9 @@ func turnJournal(evs []Event, complete bool, head Position) ([]Event, bool) {
 	if start < 0 {
 		return nil, false
 	}
-	out := make([]Event, 0, len(evs)-start)
+	out := make([]agent.Event, 0, len(evs)-start)
 	for _, ev := range evs[start:] {
-		if ev.Type != TypeUserEvent {
+		if ev.Type != agent.TypeUserEvent {
 			out = append(out, ev)
 		}
 	}
@@ -306,7 +308,7 @@ func turnJournal(evs []Event, complete bool, head Position) ([]Event, bool) {
 // shows that events between them are missing: a seq jump inside one epoch,
 // or an epoch's first event whose Prev is after top. Without Prev, a seq
 // jump across epochs counts as missing too (the older rule).
-func missed(top Position, ev Event) bool {
+func missed(top agent.Position, ev agent.Event) bool {
 	switch {
 	case ev.Epoch == top.Epoch:
 		return ev.Seq > top.Seq+1
@@ -319,10 +321,10 @@ func missed(top Position, ev Event) bool {
 
 // journalText is the partial output of a journal: the data.text of its
 // delta events, concatenated.
-func journalText(evs []Event) string {
+func journalText(evs []agent.Event) string {
 	var b strings.Builder
 	for _, ev := range evs {
-		if ev.Type != TypeDelta {
+		if ev.Type != agent.TypeDelta {
 			continue
 		}
 		var d deltaData
@@ -336,13 +338,13 @@ func journalText(evs []Event) string {
 // resumeFor returns the TurnResume of attempt of input p when this actor
 // can continue it: the agent is Resumable and the thaw proved p's journal.
 // Nil means the attempt starts from the beginning. The journal is used once.
-func (a *actor) resumeFor(p pendingInput, attempt int) *TurnResume {
+func (a *actor) resumeFor(p pendingInput, attempt int) *agent.TurnResume {
 	j := a.journal
 	a.journal = nil
 	if attempt <= 1 || j == nil || !j.ok || j.input != p.pos() || len(j.events) == 0 || !resumable(a.m.cfg.Agent) {
 		return nil
 	}
-	return &TurnResume{
+	return &agent.TurnResume{
 		Attempt: attempt,
 		From:    j.events[len(j.events)-1].Pos(),
 		Text:    journalText(j.events),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
@@ -25,16 +26,16 @@ func TestSubmitRunsTurnsInSeqOrder(t *testing.T) {
 	if acc != (Accepted{Session: "s1", Epoch: 1, Seq: 1}) {
 		t.Fatalf("first accept = %+v, want s1 1-1", acc)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	acc = submit(t, m, "s1", "again")
 	if acc.Epoch != 1 || acc.Seq != 7 {
 		t.Fatalf("second accept = %+v, want 1-7 (after six events of the first turn)", acc)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
 
 	want := []string{
-		TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta, TypeMessage, TypeTurnCompleted,
-		TypeUserEvent, TypeTurnStarted, TypeDelta, TypeMessage, TypeTurnCompleted,
+		agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeDelta, agent.TypeMessage, agent.TypeTurnCompleted,
+		agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeMessage, agent.TypeTurnCompleted,
 	}
 	logged := logEvents(t, st.log, "s1")
 	if got := types(logged); !reflect.DeepEqual(got, want) {
@@ -69,7 +70,7 @@ func TestSubmitRunsTurnsInSeqOrder(t *testing.T) {
 	}
 
 	stt := state(t, m, "s1")
-	wantHist := []Message{{Role: "user", Content: "hello world"}, {Role: "assistant", Content: "hello world"}, {Role: "user", Content: "again"}, {Role: "assistant", Content: "again"}}
+	wantHist := []agent.Message{{Role: "user", Content: "hello world"}, {Role: "assistant", Content: "hello world"}, {Role: "user", Content: "again"}, {Role: "assistant", Content: "again"}}
 	if stt.Source != SourceActor || stt.Epoch != 1 || stt.Seq != 11 || !reflect.DeepEqual(messages(stt.History), wantHist) || stt.Running || stt.Total != 4 {
 		t.Fatalf("state = %+v, want live actor at 1-11 with %v", stt, wantHist)
 	}
@@ -116,11 +117,11 @@ func TestInputsAcceptedDuringTurnRunAfterIt(t *testing.T) {
 	close(ag.release)
 	second := <-ag.started
 	third := <-ag.started
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 3)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 3)
 
-	wantSecond := []Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "done"}}
-	if !reflect.DeepEqual(second.History, wantSecond) || InputText(second.Input) != "two" {
-		t.Fatalf("second turn saw %v / %q, want %v / two", second.History, InputText(second.Input), wantSecond)
+	wantSecond := []agent.Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "done"}}
+	if !reflect.DeepEqual(second.History, wantSecond) || agent.InputText(second.Input) != "two" {
+		t.Fatalf("second turn saw %v / %q, want %v / two", second.History, agent.InputText(second.Input), wantSecond)
 	}
 	if len(third.History) != 4 {
 		t.Fatalf("third turn saw history %v, want 4 messages", third.History)
@@ -128,8 +129,8 @@ func TestInputsAcceptedDuringTurnRunAfterIt(t *testing.T) {
 	logged := logEvents(t, st.log, "s1")
 	assertIncreasing(t, logged)
 	want := []string{
-		TypeUserEvent, TypeTurnStarted, TypeUserEvent, TypeUserEvent, TypeMessage, TypeTurnCompleted,
-		TypeTurnStarted, TypeMessage, TypeTurnCompleted, TypeTurnStarted, TypeMessage, TypeTurnCompleted,
+		agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeUserEvent, agent.TypeUserEvent, agent.TypeMessage, agent.TypeTurnCompleted,
+		agent.TypeTurnStarted, agent.TypeMessage, agent.TypeTurnCompleted, agent.TypeTurnStarted, agent.TypeMessage, agent.TypeTurnCompleted,
 	}
 	if got := types(logged); !reflect.DeepEqual(got, want) {
 		t.Fatalf("log types = %v, want %v", got, want)
@@ -144,12 +145,12 @@ func TestCheckpointWrittenBeforeMessagePublished(t *testing.T) {
 
 	// When the message goes out, the checkpoint must already hold it.
 	type seen struct {
-		history []Message
+		history []agent.Message
 		seq     int64
 	}
 	atMessage := make(chan seen, 1)
-	rec.setHook(func(ev Event) {
-		if ev.Type != TypeMessage {
+	rec.setHook(func(ev agent.Event) {
+		if ev.Type != agent.TypeMessage {
 			return
 		}
 		s := loadStored(t, st.store, "s1")
@@ -161,28 +162,28 @@ func TestCheckpointWrittenBeforeMessagePublished(t *testing.T) {
 	waitFor(t, tr, trace.Kind("session.checkpoint.before"), 1)
 	// The actor is parked just before its checkpoint: the deltas are out,
 	// the message is not, and the stored checkpoint lacks the answer.
-	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta}) {
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeDelta}) {
 		t.Fatalf("published before the checkpoint: %v", got)
 	}
 	if s := loadStored(t, st.store, "s1"); len(s.History) != 0 || len(s.Inbox) != 1 {
 		t.Fatalf("store already holds %v (inbox %v), want no history and the input in the inbox", s.History, s.Inbox)
 	}
 	tr.Emit("test.release")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	assertNoParkFailures(t, tr)
 
 	got := <-atMessage
-	want := []Message{{Role: "user", Content: "hi there"}, {Role: "assistant", Content: "hi there"}}
+	want := []agent.Message{{Role: "user", Content: "hi there"}, {Role: "assistant", Content: "hi there"}}
 	if !reflect.DeepEqual(got.history, want) {
 		t.Fatalf("checkpoint at message time = %v, want %v", got.history, want)
 	}
-	msg := rec.ofType(TypeMessage)[0]
-	done := rec.ofType(TypeTurnCompleted)[0]
+	msg := rec.ofType(agent.TypeMessage)[0]
+	done := rec.ofType(agent.TypeTurnCompleted)[0]
 	if got.seq != done.Seq || msg.Seq != done.Seq-1 {
 		t.Fatalf("checkpoint seq %d, message %d, turn_completed %d: the checkpoint must cover both", got.seq, msg.Seq, done.Seq)
 	}
 	ok := waitFor(t, tr, trace.Kind("session.checkpoint.ok"), 1)
-	pub := waitFor(t, tr, trace.Kind("session.emit", "type", TypeMessage), 1)
+	pub := waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeMessage), 1)
 	if ok.Seq > pub.Seq {
 		t.Fatalf("message published (trace %d) before the checkpoint landed (trace %d)", pub.Seq, ok.Seq)
 	}
@@ -212,7 +213,7 @@ func TestIdempotencyKeys(t *testing.T) {
 		t.Fatalf("duplicate = %+v, want %+v", dup, want)
 	}
 	close(ag.release)
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	th, err := st.store.Thaw(ctx, "s1", first.Epoch, ThawQuery{KeyTTL: time.Hour, MaxKeys: 10})
 	if err != nil || len(th.Keys) != 1 || th.Keys[0].Key != "k1" || th.Keys[0].Epoch != first.Epoch || th.Keys[0].Seq != first.Seq ||
 		th.Keys[0].BodyHash != InputHash(textInput("one", "")) {
@@ -220,14 +221,14 @@ func TestIdempotencyKeys(t *testing.T) {
 	}
 	// Seen after the turn, from memory again; whitespace in data is not
 	// part of the body.
-	if dup, err = m.Accept(ctx, "s1", Input{Type: "message", Data: json.RawMessage(`{ "text" : "one" }`), IdempotencyKey: "k1"}); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
+	if dup, err = m.Accept(ctx, "s1", agent.Input{Type: "message", Data: json.RawMessage(`{ "text" : "one" }`), IdempotencyKey: "k1"}); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
 		t.Fatalf("late duplicate = %+v, %v", dup, err)
 	}
 	// The same key with another body is refused, and nothing is logged.
 	if _, err := m.Accept(ctx, "s1", textInput("something else", "k1")); !errors.Is(err, ErrIdempotencyKeyReused) {
 		t.Fatalf("key reused with another body = %v, want ErrIdempotencyKeyReused", err)
 	}
-	if n := len(logEventsOfType(t, st.log, "s1", TypeUserEvent)); n != 1 {
+	if n := len(logEventsOfType(t, st.log, "s1", agent.TypeUserEvent)); n != 1 {
 		t.Fatalf("%d user events for one key, want 1", n)
 	}
 
@@ -253,8 +254,8 @@ func TestIdempotencyKeys(t *testing.T) {
 	}
 }
 
-func logEventsOfType(t *testing.T, l ReplayLog, id, typ string) []Event {
-	var out []Event
+func logEventsOfType(t *testing.T, l ReplayLog, id, typ string) []agent.Event {
+	var out []agent.Event
 	for _, ev := range logEvents(t, l, id) {
 		if ev.Type == typ {
 			out = append(out, ev)
@@ -296,8 +297,8 @@ func TestSubmitBusyWhenMailboxFull(t *testing.T) {
 	if results[0] != nil || results[1] != nil {
 		t.Fatalf("parked submits = %v", results)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
-	if n := len(logEventsOfType(t, st.log, "s1", TypeUserEvent)); n != 2 {
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
+	if n := len(logEventsOfType(t, st.log, "s1", agent.TypeUserEvent)); n != 2 {
 		t.Fatalf("%d inputs accepted, want 2", n)
 	}
 }
@@ -343,13 +344,13 @@ func TestConcurrentSubmitsToOneSession(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), writers*each)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), writers*each)
 
 	logged := logEvents(t, st.log, "s1")
 	assertIncreasing(t, logged)
 	users := 0
 	for _, ev := range logged {
-		if ev.Type != TypeUserEvent {
+		if ev.Type != agent.TypeUserEvent {
 			continue
 		}
 		users++
@@ -420,14 +421,14 @@ func TestSubmitRefusals(t *testing.T) {
 
 type failAgent struct{ panics bool }
 
-func (f failAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+func (f failAgent) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 	if err := emit(ctx, "", deltaData{Text: "partial"}); err != nil {
-		return Message{}, err
+		return agent.Message{}, err
 	}
 	if f.panics {
 		panic("agent bug")
 	}
-	return Message{}, errors.New("model unavailable")
+	return agent.Message{}, errors.New("model unavailable")
 }
 
 func TestAgentErrorEndsTurnFailedAndCheckpointed(t *testing.T) {
@@ -442,16 +443,16 @@ func TestAgentErrorEndsTurnFailedAndCheckpointed(t *testing.T) {
 			m := startManager(t, cfg)
 
 			submit(t, m, "s1", "question")
-			waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnFailed), 1)
-			if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeTurnFailed}) {
+			waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnFailed), 1)
+			if got := types(rec.all()); !reflect.DeepEqual(got, []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeTurnFailed}) {
 				t.Fatalf("published %v", got)
 			}
 			var d struct{ Error string }
-			if err := json.Unmarshal(rec.ofType(TypeTurnFailed)[0].Data, &d); err != nil || d.Error == "" {
-				t.Fatalf("turn_failed data %s", rec.ofType(TypeTurnFailed)[0].Data)
+			if err := json.Unmarshal(rec.ofType(agent.TypeTurnFailed)[0].Data, &d); err != nil || d.Error == "" {
+				t.Fatalf("turn_failed data %s", rec.ofType(agent.TypeTurnFailed)[0].Data)
 			}
 			s := loadStored(t, st.store, "s1")
-			if !reflect.DeepEqual(messages(s.History), []Message{{Role: "user", Content: "question"}}) || s.Seq != 4 || len(s.Inbox) != 0 {
+			if !reflect.DeepEqual(messages(s.History), []agent.Message{{Role: "user", Content: "question"}}) || s.Seq != 4 || len(s.Inbox) != 0 {
 				t.Fatalf("stored = %+v, want the user message at seq 4 and an empty inbox", s)
 			}
 			if m.Stats().TurnsFailed != 1 {
@@ -469,9 +470,9 @@ func TestAgentCannotEmitReservedTypes(t *testing.T) {
 	st := memoryStores()
 	cfg, _, _ := testConfig(st, "a/1", nil)
 	got := make(chan error, 1)
-	cfg.Agent = agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
-		got <- emit(ctx, TypeMessage, map[string]string{"role": "assistant"})
-		return Message{Content: "ok"}, nil
+	cfg.Agent = agentFunc(func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
+		got <- emit(ctx, agent.TypeMessage, map[string]string{"role": "assistant"})
+		return agent.Message{Content: "ok"}, nil
 	})
 	m := startManager(t, cfg)
 	submit(t, m, "s1", "x")
@@ -480,9 +481,9 @@ func TestAgentCannotEmitReservedTypes(t *testing.T) {
 	}
 }
 
-type agentFunc func(ctx context.Context, turn Turn, emit Emit) (Message, error)
+type agentFunc func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error)
 
-func (f agentFunc) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+func (f agentFunc) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 	return f(ctx, turn, emit)
 }
 
@@ -496,8 +497,8 @@ func TestStateSources(t *testing.T) {
 	ctx := context.Background()
 
 	submit(t, a, "s1", "hello")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
-	want := []Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}}
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
+	want := []agent.Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}}
 
 	local := state(t, a, "s1")
 	if local.Source != SourceActor || !reflect.DeepEqual(messages(local.History), want) || local.Seq != 5 {
@@ -559,7 +560,7 @@ func TestTurnEndFailureStandsDownUnpublished(t *testing.T) {
 	waitFor(t, tr, trace.Kind("session.checkpoint.failed"), 1)
 	waitFor(t, tr, trace.Kind("session.standdown", "session", "s1"), 1)
 	waitGone(t, m, "s1")
-	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta}) {
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta}) {
 		t.Fatalf("published %v", got)
 	}
 	if n := fs.complete.calls.Load(); n != 2 {
@@ -582,14 +583,14 @@ func TestTurnEndRetriesTransientFailure(t *testing.T) {
 	cfg.Store = fs
 	m := startManager(t, cfg)
 	submit(t, m, "s1", "hello")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	if n := tr.Count(trace.Kind("session.checkpoint.retry")); n != 2 {
 		t.Fatalf("%d retries, want 2", n)
 	}
 	if s := m.Stats(); s.StandDowns != 0 || s.StoreRetries != 2 || s.TurnsCompleted != 1 {
 		t.Fatalf("stats = %+v", s)
 	}
-	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeMessage, TypeTurnCompleted}) {
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeMessage, agent.TypeTurnCompleted}) {
 		t.Fatalf("published %v", got)
 	}
 	if s := loadStored(t, st.store, "s1"); len(s.Inbox) != 0 || len(s.History) != 2 {

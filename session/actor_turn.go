@@ -11,6 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // turnRun is the turn in flight.
@@ -29,7 +31,7 @@ type turnRun struct {
 	partial strings.Builder
 	// interrupt is the question the agent ended the turn with (emitted
 	// TypeInterrupt), published with the turn's end.
-	interrupt *Interrupt
+	interrupt *agent.Interrupt
 	// span is the turn's span (a no-op one before the run starts);
 	// delta is set once its first delta was published.
 	span  oteltrace.Span
@@ -43,7 +45,7 @@ func newTurnRun(parent context.Context, p pendingInput) *turnRun {
 }
 
 type turnResult struct {
-	msg Message
+	msg agent.Message
 	err error
 }
 
@@ -95,7 +97,7 @@ func (a *actor) accept(req *submitReq) {
 			return
 		}
 	}
-	if in.Type == TypeResume {
+	if in.Type == agent.TypeResume {
 		if err := a.checkAnswer(in); err != nil {
 			a.m.tr.Emit("session.answer.refused", "owner", a.m.cfg.Owner, "session", a.id, "err", err.Error())
 			req.reply <- submitReply{err: fmt.Errorf("session: submit %q: %w", a.id, err)}
@@ -162,7 +164,7 @@ func (a *actor) accept(req *submitReq) {
 	// The input is durable from here: whatever happens to this actor, it
 	// runs (here, or on the owner that thaws the inbox next), so the answer
 	// is 202 even if the user_event cannot be logged or published.
-	if _, err := a.emit(TypeUserEvent, data); err != nil {
+	if _, err := a.emit(agent.TypeUserEvent, data); err != nil {
 		a.m.log.Warn("accepted input's user_event not emitted", zap.String("session", a.id), zap.Stringer("pos", p.pos()), zap.Error(err))
 	}
 	a.noteAccepted(in)
@@ -194,11 +196,11 @@ func (a *actor) lookupKey(key string) (keyEntry, bool, error) {
 	if err != nil || !ok {
 		return keyEntry{}, false, err
 	}
-	return keyEntry{Key: key, Pos: Position{Epoch: rec.Epoch, Seq: rec.Seq}, Hash: rec.BodyHash, Expires: now.Add(a.m.cfg.IdempotencyTTL - rec.Age)}, true, nil
+	return keyEntry{Key: key, Pos: agent.Position{Epoch: rec.Epoch, Seq: rec.Seq}, Hash: rec.BodyHash, Expires: now.Add(a.m.cfg.IdempotencyTTL - rec.Age)}, true, nil
 }
 
 // userEventData is the data of in's user_event: {"type","data"}.
-func userEventData(in Input) (json.RawMessage, error) {
+func userEventData(in agent.Input) (json.RawMessage, error) {
 	return json.Marshal(struct {
 		Type string          `json:"type"`
 		Data json.RawMessage `json:"data"`
@@ -266,27 +268,27 @@ func (a *actor) leaseLive() bool {
 // Past the lease's local deadline nothing is appended or published
 // (leaseLive).
 // Once the actor retires (halted turn) nothing more is published.
-func (a *actor) emit(typ string, data json.RawMessage) (Event, error) {
+func (a *actor) emit(typ string, data json.RawMessage) (agent.Event, error) {
 	if a.ctx.Err() != nil || !a.leaseLive() {
-		return Event{}, a.cause()
+		return agent.Event{}, a.cause()
 	}
-	ev := Event{Session: a.id, Epoch: a.epoch, Seq: a.seq + 1, Type: typ, Data: data, At: time.Now().UTC(), Prev: a.prev}
+	ev := agent.Event{Session: a.id, Epoch: a.epoch, Seq: a.seq + 1, Type: typ, Data: data, At: time.Now().UTC(), Prev: a.prev}
 	ctx, cancel := context.WithTimeout(a.ctx, a.m.cfg.StoreTimeout)
 	err := a.m.cfg.Log.Append(ctx, ev)
 	cancel()
 	switch {
 	case errors.Is(err, ErrFenced):
 		a.fence("append", err)
-		return Event{}, fmt.Errorf("session: emit %s %q at %v: %w", typ, a.id, ev.Pos(), err)
+		return agent.Event{}, fmt.Errorf("session: emit %s %q at %v: %w", typ, a.id, ev.Pos(), err)
 	case err != nil && a.ctx.Err() != nil:
-		return Event{}, a.cause()
+		return agent.Event{}, a.cause()
 	case err != nil:
 		a.m.stats.logAppendErrors.Add(1)
 		a.m.log.Warn("session replay log append failed", zap.String("session", a.id), zap.Stringer("pos", ev.Pos()), zap.Error(err))
 	}
 	a.seq, a.prev = ev.Seq, nil
 	if a.ctx.Err() != nil || !a.leaseLive() {
-		return Event{}, a.cause()
+		return agent.Event{}, a.cause()
 	}
 	// Readers (State) see every event's effect by the time it is published.
 	a.publishView()
@@ -333,10 +335,10 @@ func (a *actor) startTurn() {
 		run.cancel()
 		return
 	}
-	before := append([]Message(nil), a.history...)
-	typ, d := TypeTurnStarted, turnData{Turn: p.pos(), Attempt: attempt}
+	before := append([]agent.Message(nil), a.history...)
+	typ, d := agent.TypeTurnStarted, turnData{Turn: p.pos(), Attempt: attempt}
 	if resume != nil {
-		typ, d.From = TypeTurnResumed, &resume.From
+		typ, d.From = agent.TypeTurnResumed, &resume.From
 	}
 	data, _ := json.Marshal(d)
 	if _, err := a.emit(typ, data); err != nil {
@@ -362,7 +364,7 @@ func (a *actor) startTurn() {
 	ctx := run.ctx
 	a.m.tr.Emit("session.turn.start", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq,
 		"input_epoch", p.Epoch, "input_seq", p.Seq, "attempt", attempt, "resumed", resume != nil)
-	turn := Turn{Session: a.id, ID: p.pos(), Attempt: attempt, Input: p.Input, History: before, Resume: resume, Answer: a.answerFor(p)}
+	turn := agent.Turn{Session: a.id, ID: p.pos(), Attempt: attempt, Input: p.Input, History: before, Resume: resume, Answer: a.answerFor(p)}
 	a.m.wg.Add(1)
 	go func() {
 		defer a.m.wg.Done()
@@ -372,7 +374,7 @@ func (a *actor) startTurn() {
 }
 
 // runAgent runs one turn, turning a panic into an error.
-func runAgent(ctx context.Context, ag Agent, turn Turn, emit Emit) (msg Message, err error) {
+func runAgent(ctx context.Context, ag agent.Agent, turn agent.Turn, emit agent.Emit) (msg agent.Message, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("session: agent panicked: %v", r)
@@ -383,16 +385,16 @@ func runAgent(ctx context.Context, ag Agent, turn Turn, emit Emit) (msg Message,
 
 // reservedTypes are the lifecycle events only the actor emits.
 var reservedTypes = map[string]bool{
-	TypeUserEvent: true, TypeTurnStarted: true, TypeTurnResumed: true, TypeMessage: true, TypeTurnCompleted: true, TypeTurnFailed: true,
-	TypeTurnStopped: true, TypeInterruptExpired: true,
+	agent.TypeUserEvent: true, agent.TypeTurnStarted: true, agent.TypeTurnResumed: true, agent.TypeMessage: true, agent.TypeTurnCompleted: true, agent.TypeTurnFailed: true,
+	agent.TypeTurnStopped: true, agent.TypeInterruptExpired: true,
 }
 
 // emitFunc is the Emit handed to the agent of the turn running under tctx:
 // it asks the actor goroutine to emit and waits for the outcome.
-func (a *actor) emitFunc(tctx context.Context) Emit {
+func (a *actor) emitFunc(tctx context.Context) agent.Emit {
 	return func(ctx context.Context, typ string, data any) error {
 		if typ == "" {
-			typ = TypeDelta
+			typ = agent.TypeDelta
 		}
 		if reservedTypes[typ] {
 			return fmt.Errorf("session: emit %q: type is reserved for the actor", typ)
@@ -423,7 +425,7 @@ func (a *actor) handleEmit(req *emitReq) {
 		req.reply <- fmt.Errorf("session: emit %q: the turn ended with interrupt %q", req.typ, a.turn.interrupt.ID)
 		return
 	}
-	if req.typ == TypeInterrupt {
+	if req.typ == agent.TypeInterrupt {
 		// Held until the turn's end is written, then published as its
 		// last event (docs/OWNERSHIP.md "Interrupts").
 		iv, err := parseInterrupt(req.data)
@@ -434,7 +436,7 @@ func (a *actor) handleEmit(req *emitReq) {
 		req.reply <- err
 		return
 	}
-	if req.typ == TypeDelta && !a.turn.delta {
+	if req.typ == agent.TypeDelta && !a.turn.delta {
 		req.reply <- a.emitFirstDelta(req)
 		return
 	}
@@ -494,17 +496,17 @@ func (a *actor) finishTurn(res turnResult) {
 	}
 	msg := res.msg
 	msg.Role = "assistant"
-	msgs := []Message{{Role: "user", Content: InputText(t.input.Input)}}
+	msgs := []agent.Message{{Role: "user", Content: agent.InputText(t.input.Input)}}
 	reserve := int64(2) // message + turn_completed
 	switch {
 	case stopped:
 		reserve = 1 // turn_stopped
-		msgs = append(msgs, Message{Role: "assistant", Content: t.partial.String(), Stopped: true})
+		msgs = append(msgs, agent.Message{Role: "assistant", Content: t.partial.String(), Stopped: true})
 	case failed:
 		reserve = 1 // turn_failed
 	case asked:
 		reserve = 1 // interrupt
-		msgs = append(msgs, Message{Role: RoleInterrupt, Content: string(askedData)})
+		msgs = append(msgs, agent.Message{Role: agent.RoleInterrupt, Content: string(askedData)})
 	default:
 		msgs = append(msgs, msg)
 	}
@@ -530,14 +532,14 @@ func (a *actor) finishTurn(res turnResult) {
 	}
 	a.history = append(a.history, msgs...)
 	if n := len(a.history) - a.m.cfg.HistoryWindow; n > 0 {
-		a.history = append([]Message(nil), a.history[n:]...)
+		a.history = append([]agent.Message(nil), a.history[n:]...)
 	}
 	a.m.tr.Emit("session.checkpoint.ok", "owner", a.m.cfg.Owner, "session", a.id, "epoch", a.epoch, "seq", a.seq+reserve)
 	if stopped {
 		a.m.stats.turnsStopped.Add(1)
 		a.turnEnded(t, TurnStopped)
 		data, _ := json.Marshal(stoppedData{Turn: t.input.pos(), Partial: t.partial.String()})
-		a.emit(TypeTurnStopped, data)
+		a.emit(agent.TypeTurnStopped, data)
 		t.answerStops(true, nil)
 		return
 	}
@@ -549,7 +551,7 @@ func (a *actor) finishTurn(res turnResult) {
 		a.m.stats.interrupts.Add(1)
 		a.turnEnded(t, TurnInterrupted)
 		a.m.tr.Emit("session.interrupt", "owner", a.m.cfg.Owner, "session", a.id, "interrupt", t.interrupt.ID)
-		a.emit(TypeInterrupt, askedData)
+		a.emit(agent.TypeInterrupt, askedData)
 		return
 	}
 	if failed {
@@ -558,16 +560,16 @@ func (a *actor) finishTurn(res turnResult) {
 		a.m.log.Warn("turn failed", zap.String("session", a.id), zap.Stringer("turn", t.input.pos()), zap.Error(res.err))
 		a.turnEnded(t, TurnFailed)
 		data, _ := json.Marshal(map[string]string{"error": res.err.Error()})
-		a.emit(TypeTurnFailed, data)
+		a.emit(agent.TypeTurnFailed, data)
 		return
 	}
 	data, _ := json.Marshal(msg)
-	if _, err := a.emit(TypeMessage, data); err != nil {
+	if _, err := a.emit(agent.TypeMessage, data); err != nil {
 		return
 	}
 	a.m.stats.turnsCompleted.Add(1)
 	a.turnEnded(t, TurnCompleted)
-	a.emit(TypeTurnCompleted, emptyObject)
+	a.emit(agent.TypeTurnCompleted, emptyObject)
 }
 
 // Turn outcomes passed to Config.OnTurnEnd.

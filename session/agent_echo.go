@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // EchoAgent answers every input with its own text. It streams the text
@@ -23,8 +25,8 @@ type EchoAgent struct {
 }
 
 var (
-	_ Agent   = EchoAgent{}
-	_ Resumer = EchoAgent{}
+	_ agent.Agent   = EchoAgent{}
+	_ agent.Resumer = EchoAgent{}
 )
 
 // Resumable implements Resumer: the echo agent continues from the next word.
@@ -51,8 +53,8 @@ const EchoApproval = "approval"
 // interrupt (id "ask-<epoch>-<seq>", kind EchoApproval) before streaming
 // anything. Its continuation (Turn.Answer) streams the text if the value
 // is "approve", else answers "(not approved)".
-func (e EchoAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
-	text := InputText(turn.Input)
+func (e EchoAgent) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
+	text := agent.InputText(turn.Input)
 	if a := turn.Answer; a != nil && a.Interrupt.Kind == EchoApproval {
 		var p echoAsk
 		_ = json.Unmarshal(a.Interrupt.Payload, &p)
@@ -67,11 +69,11 @@ func (e EchoAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, erro
 			payload, _ := json.Marshal(map[string]any{
 				"question": "Stream this reply?", "choices": []string{"approve", "deny"}, "text": ask.Text,
 			})
-			iv := Interrupt{ID: "ask-" + turn.ID.String(), Kind: EchoApproval, Payload: payload}
-			if err := emit(ctx, TypeInterrupt, iv); err != nil {
-				return Message{}, err
+			iv := agent.Interrupt{ID: "ask-" + turn.ID.String(), Kind: EchoApproval, Payload: payload}
+			if err := emit(ctx, agent.TypeInterrupt, iv); err != nil {
+				return agent.Message{}, err
 			}
-			return Message{}, nil
+			return agent.Message{}, nil
 		}
 	}
 	words := strings.Fields(text)
@@ -87,16 +89,16 @@ func (e EchoAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, erro
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return Message{}, ctx.Err()
+				return agent.Message{}, ctx.Err()
 			case <-t.C:
 			}
 		}
-		if err := emit(ctx, TypeDelta, deltaData{Text: w + " "}); err != nil {
-			return Message{}, err
+		if err := emit(ctx, agent.TypeDelta, deltaData{Text: w + " "}); err != nil {
+			return agent.Message{}, err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return Message{}, err
+		return agent.Message{}, err
 	}
-	return Message{Role: "assistant", Content: text}, nil
+	return agent.Message{Role: "assistant", Content: text}, nil
 }

@@ -7,12 +7,14 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/relaygw/relay/agent"
 )
 
 func TestEchoAgentStreamsWords(t *testing.T) {
 	var deltas []string
 	emit := func(_ context.Context, typ string, data any) error {
-		if typ != TypeDelta {
+		if typ != agent.TypeDelta {
 			t.Fatalf("emitted %q", typ)
 		}
 		raw, err := json.Marshal(data)
@@ -31,11 +33,11 @@ func TestEchoAgentStreamsWords(t *testing.T) {
 		{json.RawMessage(`{"n":1}`), `{"n":1}`},
 	} {
 		deltas = nil
-		msg, err := EchoAgent{}.Run(context.Background(), Turn{Input: Input{Type: "message", Data: tc.data}}, emit)
+		msg, err := EchoAgent{}.Run(context.Background(), agent.Turn{Input: agent.Input{Type: "message", Data: tc.data}}, emit)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if msg != (Message{Role: "assistant", Content: tc.text}) {
+		if msg != (agent.Message{Role: "assistant", Content: tc.text}) {
 			t.Fatalf("final message %+v, want %q", msg, tc.text)
 		}
 		if len(deltas) == 0 {
@@ -43,7 +45,7 @@ func TestEchoAgentStreamsWords(t *testing.T) {
 		}
 	}
 	deltas = nil
-	if _, err := (EchoAgent{}).Run(context.Background(), Turn{Input: textInput("hello  big world", "")}, emit); err != nil {
+	if _, err := (EchoAgent{}).Run(context.Background(), agent.Turn{Input: textInput("hello  big world", "")}, emit); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{`{"text":"hello "}`, `{"text":"big "}`, `{"text":"world "}`}
@@ -60,7 +62,7 @@ func TestEchoAgentHonoursContextBetweenWords(t *testing.T) {
 		cancel() // the turn is cancelled while the agent waits for the next word
 		return nil
 	}
-	_, err := EchoAgent{Delay: time.Hour}.Run(ctx, Turn{Input: textInput("one two three", "")}, emit)
+	_, err := EchoAgent{Delay: time.Hour}.Run(ctx, agent.Turn{Input: textInput("one two three", "")}, emit)
 	if !errors.Is(err, context.Canceled) || emitted != 1 {
 		t.Fatalf("err %v after %d deltas, want context.Canceled after 1", err, emitted)
 	}
@@ -68,7 +70,7 @@ func TestEchoAgentHonoursContextBetweenWords(t *testing.T) {
 
 func TestEchoAgentStopsOnEmitError(t *testing.T) {
 	stop := errors.New("fenced")
-	_, err := EchoAgent{}.Run(context.Background(), Turn{Input: textInput("a b", "")},
+	_, err := EchoAgent{}.Run(context.Background(), agent.Turn{Input: textInput("a b", "")},
 		func(context.Context, string, any) error { return stop })
 	if !errors.Is(err, stop) {
 		t.Fatalf("err %v, want the emit error", err)

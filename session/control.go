@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // Turn control (docs/OWNERSHIP.md "Turn control"): a client stops a
@@ -14,16 +16,6 @@ import (
 // texting). A control is routed to the session's owner like an input
 // (Manager.Control: claim, forward, re-resolve, retry directive), and the
 // owner checks it against its own state under its current epoch.
-
-// TypeTurnStopped is the event that ends a stopped turn:
-//
-//	turn_stopped {"turn":{"epoch":E,"seq":S},"partial":"…"}
-//
-// turn is the position of the turn's input (its user_event) and partial
-// the reply streamed before the stop (the data.text of its deltas,
-// concatenated). The history keeps partial as the assistant message with
-// "stopped":true.
-const TypeTurnStopped = "turn_stopped"
 
 // Control operations.
 const (
@@ -33,8 +25,8 @@ const (
 // Control is a control message for a session's owner. Wire shape (inside a
 // ForwardRequest): {"op":"stop","turn":{"epoch":E,"seq":S}}.
 type Control struct {
-	Op   string   `json:"op"`
-	Turn Position `json:"turn"`
+	Op   string         `json:"op"`
+	Turn agent.Position `json:"turn"`
 }
 
 // Reasons a control changed nothing (ControlResult.Reason).
@@ -52,10 +44,10 @@ const (
 //
 //	{"stopped":bool,"turn":{"epoch","seq"},"reason":"not_running","running":{"epoch","seq"}}
 type ControlResult struct {
-	Stopped bool      `json:"stopped"`
-	Turn    Position  `json:"turn"`
-	Reason  string    `json:"reason,omitempty"`
-	Running *Position `json:"running,omitempty"`
+	Stopped bool            `json:"stopped"`
+	Turn    agent.Position  `json:"turn"`
+	Reason  string          `json:"reason,omitempty"`
+	Running *agent.Position `json:"running,omitempty"`
 }
 
 // Double-texting modes: what an input does when it arrives while a turn
@@ -82,12 +74,6 @@ func ValidMultitask(s string) bool {
 	return false
 }
 
-// ErrTurnStopped is the cause of a stopped turn's context
-// (context.Cause(ctx) in Agent.Run): a client stopped the turn, or a new
-// input interrupted it. The agent should return promptly; what it returns
-// is not used (the partial reply streamed so far is).
-var ErrTurnStopped = errors.New("session: turn stopped")
-
 // ErrTurnBusy is matched by *TurnBusyError (errors.Is).
 var ErrTurnBusy = errors.New("session: a turn is running and the input asked to be rejected")
 
@@ -95,7 +81,7 @@ var ErrTurnBusy = errors.New("session: a turn is running and the input asked to 
 // a turn runs. Turn is the running turn's input position. Nothing was
 // accepted.
 type TurnBusyError struct {
-	Turn Position
+	Turn agent.Position
 }
 
 func (e *TurnBusyError) Error() string {
@@ -108,17 +94,17 @@ func (e *TurnBusyError) Is(target error) bool { return target == ErrTurnBusy }
 // ParseTurnID parses a turn id "<epoch>-<seq>" (as Position.String writes
 // it): two decimal integers, epoch >= 1 and seq >= 1, at most 18 digits
 // each, nothing else. ok is false otherwise.
-func ParseTurnID(s string) (Position, bool) {
+func ParseTurnID(s string) (agent.Position, bool) {
 	e, q, found := strings.Cut(s, "-")
 	if !found || !decimal(e) || !decimal(q) {
-		return Position{}, false
+		return agent.Position{}, false
 	}
 	epoch, err1 := strconv.ParseInt(e, 10, 64)
 	seq, err2 := strconv.ParseInt(q, 10, 64)
 	if err1 != nil || err2 != nil || epoch < 1 || seq < 1 {
-		return Position{}, false
+		return agent.Position{}, false
 	}
-	return Position{Epoch: epoch, Seq: seq}, true
+	return agent.Position{Epoch: epoch, Seq: seq}, true
 }
 
 func decimal(s string) bool {
@@ -135,8 +121,8 @@ func decimal(s string) bool {
 
 // stoppedData is the data of turn_stopped.
 type stoppedData struct {
-	Turn    Position `json:"turn"`
-	Partial string   `json:"partial"`
+	Turn    agent.Position `json:"turn"`
+	Partial string         `json:"partial"`
 }
 
 // ControlLocal is the local half of Control, as Accept is of Submit: it
@@ -147,7 +133,7 @@ type stoppedData struct {
 // holds the lease; ErrFenced when this node lost the session mid-request;
 // ErrStoreUnavailable), plus ErrInvalidControl for an unknown op.
 func (m *Manager) ControlLocal(ctx context.Context, id string, c Control) (ControlResult, error) {
-	if !ValidID(id) {
+	if !agent.ValidID(id) {
 		return ControlResult{}, ErrInvalidID
 	}
 	if c.Op != OpStop {
@@ -182,7 +168,7 @@ func (m *Manager) Control(ctx context.Context, id string, c Control) Outcome {
 		m.tr.Emit("session.control.unknown", "owner", m.cfg.Owner, "session", id, "turn", c.Turn.String())
 		return Outcome{Kind: OutcomeAccepted, Accepted: Accepted{Session: id, Control: &ControlResult{Turn: c.Turn, Reason: ReasonNotRunning}}}
 	}
-	return m.route(ctx, id, Input{}, &c)
+	return m.route(ctx, id, agent.Input{}, &c)
 }
 
 // neverSeen reports whether session id has no actor on this node and no
@@ -190,7 +176,7 @@ func (m *Manager) Control(ctx context.Context, id string, c Control) Outcome {
 // a store that cannot be read, is not "never seen": the caller routes as
 // usual and gets the usual answer.
 func (m *Manager) neverSeen(ctx context.Context, id string) bool {
-	if !ValidID(id) {
+	if !agent.ValidID(id) {
 		return false
 	}
 	m.mu.Lock()
@@ -237,12 +223,12 @@ func (a *actor) stopTurn(by string) {
 	t.stopped = true
 	a.m.tr.Emit("session.turn.stop", "owner", a.m.cfg.Owner, "session", a.id, "input_epoch", t.input.Epoch,
 		"input_seq", t.input.Seq, "by", by)
-	t.stop(ErrTurnStopped)
+	t.stop(agent.ErrTurnStopped)
 }
 
 // partialOf adds a delta's data.text to the running turn's partial reply.
 func (t *turnRun) addPartial(typ string, data json.RawMessage) {
-	if typ != TypeDelta {
+	if typ != agent.TypeDelta {
 		return
 	}
 	var d deltaData

@@ -2,6 +2,8 @@ package session
 
 import (
 	"testing"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // FuzzParseTurnID: a turn id parses only when it is the Position.String of
@@ -13,7 +15,7 @@ func FuzzParseTurnID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		p, ok := ParseTurnID(s)
 		if !ok {
-			if p != (Position{}) {
+			if p != (agent.Position{}) {
 				t.Fatalf("ParseTurnID(%q) refused but returned %v", s, p)
 			}
 			return

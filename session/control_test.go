@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -19,7 +20,7 @@ func causeAgent() (*blockAgent, chan error) {
 	return ba, causes
 }
 
-func stop(t *testing.T, m *Manager, id string, turn Position) ControlResult {
+func stop(t *testing.T, m *Manager, id string, turn agent.Position) ControlResult {
 	t.Helper()
 	out := m.Control(context.Background(), id, Control{Op: OpStop, Turn: turn})
 	if out.Kind != OutcomeAccepted || out.Accepted.Control == nil {
@@ -50,22 +51,22 @@ func TestStopRunningTurn(t *testing.T) {
 		if !r.Stopped || r.Turn != acc.Pos() || r.Reason != "" {
 			t.Fatalf("stop = %+v, want stopped %v", r, acc.Pos())
 		}
-		if err := <-causes; !errors.Is(err, ErrTurnStopped) {
+		if err := <-causes; !errors.Is(err, agent.ErrTurnStopped) {
 			t.Fatalf("agent's context cause = %v, want ErrTurnStopped", err)
 		}
 		evs := logEvents(t, st.log, "s1")
-		want := []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta, TypeTurnStopped}
+		want := []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeDelta, agent.TypeTurnStopped}
 		if got := types(evs); !reflect.DeepEqual(got, want) {
 			t.Fatalf("log = %v, want %v", got, want)
 		}
 		assertJSON(t, evs[4].Data, `{"turn":{"epoch":1,"seq":1},"partial":"hello wor"}`)
 		stored := loadStored(t, st.store, "s1")
-		wantHist := []Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "hello wor", Stopped: true}}
+		wantHist := []agent.Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "hello wor", Stopped: true}}
 		if got := messages(stored.History); !reflect.DeepEqual(got, wantHist) || len(stored.Inbox) != 0 {
 			t.Fatalf("stored history %+v inbox %d, want %+v and an empty inbox", got, len(stored.Inbox), wantHist)
 		}
 
-		for _, p := range []Position{acc.Pos(), {Epoch: 9, Seq: 9}} {
+		for _, p := range []agent.Position{acc.Pos(), {Epoch: 9, Seq: 9}} {
 			if r := stop(t, m, "s1", p); r.Stopped || r.Reason != ReasonNotRunning || r.Running != nil {
 				t.Fatalf("stop %v after the turn ended = %+v, want not_running, nothing running", p, r)
 			}
@@ -77,7 +78,7 @@ func TestStopRunningTurn(t *testing.T) {
 		if !reflect.DeepEqual(turn.History, wantHist) {
 			t.Fatalf("next turn's history = %+v, want %+v", turn.History, wantHist)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 		if r := stop(t, m, "s1", acc2.Pos()); r.Stopped || r.Reason != ReasonNotRunning {
 			t.Fatalf("stop of a completed turn = %+v, want not_running", r)
 		}
@@ -104,7 +105,7 @@ func TestStopQueuedTurnIsNoop(t *testing.T) {
 		t.Fatalf("stop of the queued input = %+v, want not_running with running %v", r, first.Pos())
 	}
 	close(ba.release)
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
 	if s := m.Stats(); s.TurnsStopped != 0 {
 		t.Fatalf("stats = %+v, want nothing stopped", s)
 	}
@@ -135,14 +136,14 @@ func TestDoubleTextingReject(t *testing.T) {
 		if err != nil {
 			t.Fatalf("enqueue while running: %v", err)
 		}
-		if got := types(logEvents(t, st.log, "s1")); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeUserEvent}) {
+		if got := types(logEvents(t, st.log, "s1")); !reflect.DeepEqual(got, []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeUserEvent}) {
 			t.Fatalf("log = %v: the rejected input left a trace", got)
 		}
 		if queued.Seq != 3 {
 			t.Fatalf("queued input at %v, want seq 3 (the refusal used none)", queued.Pos())
 		}
 		close(ba.release)
-		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+		waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
 		if stored := loadStored(t, st.store, "s1"); len(stored.History) != 4 {
 			t.Fatalf("history %+v, want two whole turns", stored.History)
 		}
@@ -168,19 +169,19 @@ func TestDoubleTextingInterrupt(t *testing.T) {
 		if _, err := m.Accept(context.Background(), "s1", in); err != nil {
 			t.Fatalf("interrupting input: %v", err)
 		}
-		if err := <-causes; !errors.Is(err, ErrTurnStopped) {
+		if err := <-causes; !errors.Is(err, agent.ErrTurnStopped) {
 			t.Fatalf("cause = %v, want ErrTurnStopped", err)
 		}
 		next := <-ba.started
-		want := []Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "partial", Stopped: true}}
-		if !reflect.DeepEqual(next.History, want) || InputText(next.Input) != "two" {
-			t.Fatalf("next turn %q saw %+v, want two with %+v", InputText(next.Input), next.History, want)
+		want := []agent.Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "partial", Stopped: true}}
+		if !reflect.DeepEqual(next.History, want) || agent.InputText(next.Input) != "two" {
+			t.Fatalf("next turn %q saw %+v, want two with %+v", agent.InputText(next.Input), next.History, want)
 		}
 		if next.Input.Multitask != "" {
 			t.Fatalf("the turn's input kept multitask %q; it is not stored", next.Input.Multitask)
 		}
 		close(ba.release)
-		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 		got := strings.Join(types(logEvents(t, st.log, "s1")), " ")
 		const wantLog = "user_event turn_started delta delta user_event turn_stopped turn_started delta delta message turn_completed"
 		if got != wantLog {
@@ -200,14 +201,14 @@ func TestStopAfterTakeoverStopsResumedTurn(t *testing.T) {
 		cfgA, _, _ := testConfig(st, "a/1", tr)
 		a := NewManager(cfgA)
 		defer a.Close()
-		at := trace.Kind("session.emit", "owner", "a/1", "type", TypeDelta, "seq", int64(4))
+		at := trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeDelta, "seq", int64(4))
 		tr.Park(at, trace.Kind("session.exited", "owner", "b/1"))
 		acc := submit(t, a, "s1", strings.Join(resumeWords, " "))
 		waitFor(t, tr, at, 1)
 
 		st.advance(t, cfgA.LeaseTTL+time.Second)
 		cfgB, _, _ := testConfig(st, "b/1", tr)
-		stalled := make(chan Turn, 1)
+		stalled := make(chan agent.Turn, 1)
 		cfgB.Agent = stallEcho{after: 1, stalled: stalled}
 		b := startManager(t, cfgB)
 		done := make(chan ControlResult, 1)
@@ -305,7 +306,7 @@ func TestDoubleTextingSetByFirstInput(t *testing.T) {
 		if _, err := b.Recover(rctx, 10); err != nil {
 			t.Fatalf("recover: %v", err)
 		}
-		running := map[string]Position{}
+		running := map[string]agent.Position{}
 		for range 2 {
 			turn := <-bb.started
 			running[turn.Session] = turn.ID
@@ -330,7 +331,7 @@ func TestStopOfUnknownSessionCreatesNothing(t *testing.T) {
 		cfg, _, _ := testConfig(st, "a/1", tr)
 		m := startManager(t, cfg)
 		ctx := context.Background()
-		if r := stop(t, m, "never", Position{Epoch: 1, Seq: 1}); r.Stopped || r.Reason != ReasonNotRunning || r.Running != nil {
+		if r := stop(t, m, "never", agent.Position{Epoch: 1, Seq: 1}); r.Stopped || r.Reason != ReasonNotRunning || r.Running != nil {
 			t.Fatalf("stop in an unknown session = %+v, want not_running", r)
 		}
 		if n := tr.Count(trace.Kind("session.control.unknown", "session", "never")); n != 1 {

@@ -8,6 +8,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // Forwarding carries an input from a node that does not hold a session's
@@ -56,9 +58,9 @@ type ForwardHandler interface {
 // responders and re-resolves, then refuses with a retry directive
 // (docs/OWNERSHIP.md "Turn control").
 type ForwardRequest struct {
-	Session string   `json:"session"`
-	Input   Input    `json:"input"`
-	Control *Control `json:"control,omitempty"`
+	Session string      `json:"session"`
+	Input   agent.Input `json:"input"`
+	Control *Control    `json:"control,omitempty"`
 }
 
 // ForwardReply is the receiving node's answer: exactly one of Accepted (the
@@ -135,7 +137,7 @@ type RemoteError struct {
 	Message string          `json:"message,omitempty"`
 	Held    *LeaseHeldError `json:"held,omitempty"`
 	// Turn is the running turn's input position (CodeTurnBusy).
-	Turn *Position `json:"turn,omitempty"`
+	Turn *agent.Position `json:"turn,omitempty"`
 }
 
 func (e *RemoteError) Error() string {
@@ -162,7 +164,7 @@ func (e *RemoteError) Unwrap() error {
 	case CodeKeyReused:
 		return ErrIdempotencyKeyReused
 	case CodeInvalid:
-		return ErrInvalidInput
+		return agent.ErrInvalidInput
 	case CodeUnknown:
 		return ErrOutcomeUnknown
 	case CodeTurnBusy:
@@ -204,7 +206,7 @@ func RemoteErrorOf(err error) *RemoteError {
 		code = CodeInvalidID
 	case errors.Is(err, ErrIdempotencyKeyReused):
 		code = CodeKeyReused
-	case errors.Is(err, ErrInvalidInput):
+	case errors.Is(err, agent.ErrInvalidInput):
 		code = CodeInvalid
 	case errors.Is(err, ErrOutcomeUnknown):
 		code = CodeUnknown
@@ -224,7 +226,7 @@ func RemoteErrorOf(err error) *RemoteError {
 // RemoteError (RemoteErrorOf). ctx carries the sender's span context when
 // the transport extracted one: the request's server span starts under it.
 func (m *Manager) HandleForward(ctx context.Context, req ForwardRequest) (rep ForwardReply) {
-	if !ValidID(req.Session) {
+	if !agent.ValidID(req.Session) {
 		return ForwardReply{Error: &RemoteError{Code: CodeInvalidID, Message: ErrInvalidID.Error()}}
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ForwardTimeout)

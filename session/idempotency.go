@@ -7,6 +7,8 @@ import (
 	"time"
 
 	oteltrace "go.opentelemetry.io/otel/trace"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // InputHash is the SHA-256 of an input's canonical body: its type, a zero
@@ -14,7 +16,7 @@ import (
 // the raw bytes when data is not valid JSON). The idempotency key is not
 // part of it. Two inputs under one key are the same event exactly when
 // their hashes are equal (docs/OWNERSHIP.md "Durable inbox and history").
-func InputHash(in Input) [32]byte {
+func InputHash(in agent.Input) [32]byte {
 	var b bytes.Buffer
 	b.Grow(len(in.Type) + 1 + len(in.Data))
 	b.WriteString(in.Type)
@@ -29,7 +31,7 @@ func InputHash(in Input) [32]byte {
 
 // pendingInput is an accepted input waiting for its turn (an inbox entry).
 type pendingInput struct {
-	Input    Input
+	Input    agent.Input
 	Epoch    int64
 	Seq      int64
 	Attempts int // attempts of its turn started so far (InboxEntry.Attempts)
@@ -38,14 +40,14 @@ type pendingInput struct {
 	trace oteltrace.SpanContext
 }
 
-func (p pendingInput) pos() Position { return Position{Epoch: p.Epoch, Seq: p.Seq} }
+func (p pendingInput) pos() agent.Position { return agent.Position{Epoch: p.Epoch, Seq: p.Seq} }
 
 // keyEntry remembers one accepted idempotency key: the position of its
 // user_event, the hash of its body (zero: unknown, carried over from an
 // agent_checkpoints document by migration 00003) and when it is forgotten, on the Manager's clock.
 type keyEntry struct {
 	Key     string
-	Pos     Position
+	Pos     agent.Position
 	Hash    [32]byte
 	Expires time.Time
 }
@@ -68,7 +70,7 @@ type keySet struct {
 func newKeySet(max int, ttl time.Duration, now time.Time, recs []KeyRecord) *keySet {
 	k := &keySet{max: max, index: make(map[string]keyEntry)}
 	for _, r := range recs {
-		k.add(keyEntry{Key: r.Key, Pos: Position{Epoch: r.Epoch, Seq: r.Seq}, Hash: r.BodyHash, Expires: now.Add(ttl - r.Age)})
+		k.add(keyEntry{Key: r.Key, Pos: agent.Position{Epoch: r.Epoch, Seq: r.Seq}, Hash: r.BodyHash, Expires: now.Add(ttl - r.Age)})
 	}
 	k.spilled = k.spilled || max > 0 && len(recs) >= max
 	return k
@@ -106,29 +108,4 @@ func (k *keySet) add(e keyEntry) {
 		}
 		k.order = append([]keyEntry(nil), k.order[n:]...)
 	}
-}
-
-// InputText is the text of an input as the history and the agents see it:
-// data.text when data is an object with a string "text", the string itself
-// when data is a JSON string, else the raw JSON of data ("" without data).
-func InputText(in Input) string {
-	raw := bytes.TrimSpace(in.Data)
-	if len(raw) == 0 {
-		return ""
-	}
-	switch raw[0] {
-	case '{':
-		var obj struct {
-			Text *string `json:"text"`
-		}
-		if json.Unmarshal(raw, &obj) == nil && obj.Text != nil {
-			return *obj.Text
-		}
-	case '"':
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return s
-		}
-	}
-	return string(raw)
 }

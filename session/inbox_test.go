@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 )
@@ -18,7 +19,7 @@ import (
 func userEvents(t *testing.T, l ReplayLog, id string) []string {
 	t.Helper()
 	var out []string
-	for _, ev := range logEventsOfType(t, l, id, TypeUserEvent) {
+	for _, ev := range logEventsOfType(t, l, id, agent.TypeUserEvent) {
 		var d struct {
 			Data struct{ Text string } `json:"data"`
 		}
@@ -68,10 +69,10 @@ func TestInboxWriteFailureRefusesAtomically(t *testing.T) {
 		}
 		if phase == "running" {
 			close(ag.release)
-			waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+			waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
 		}
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 3)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 3)
 	if got, want := userEvents(t, st.log, "s1"), []string{"first", "refused running", "refused idle"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("logged user events %v, want %v", got, want)
 	}
@@ -100,8 +101,8 @@ func TestInputDurableBeforeUserEvent(t *testing.T) {
 	cfg.Agent = ag
 	m := startManager(t, cfg)
 	inInbox := make(chan bool, 8)
-	rec.setHook(func(ev Event) {
-		if ev.Type != TypeUserEvent {
+	rec.setHook(func(ev agent.Event) {
+		if ev.Type != agent.TypeUserEvent {
 			return
 		}
 		found := false
@@ -119,7 +120,7 @@ func TestInputDurableBeforeUserEvent(t *testing.T) {
 		}
 	}
 	close(ag.release)
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
 }
 
 // A new Manager on the same Postgres schema runs the inputs its dead
@@ -145,8 +146,8 @@ func TestRecoverRunsInboxAfterCrash(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("recover = %d, %v; want 1 session started", n, err)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
-	want := []Message{
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 2)
+	want := []agent.Message{
 		{Role: "user", Content: "running when it died"}, {Role: "assistant", Content: "running when it died"},
 		{Role: "user", Content: "queued when it died"}, {Role: "assistant", Content: "queued when it died"},
 	}
@@ -154,7 +155,7 @@ func TestRecoverRunsInboxAfterCrash(t *testing.T) {
 	if !reflect.DeepEqual(messages(stored.History), want) || len(stored.Inbox) != 0 || stored.Epoch != 2 {
 		t.Fatalf("stored = %+v, want epoch 2, %v, empty inbox", stored, want)
 	}
-	if n := len(recB.ofType(TypeUserEvent)); n != 0 {
+	if n := len(recB.ofType(agent.TypeUserEvent)); n != 0 {
 		t.Fatalf("b published %d user events; the inputs were accepted once, by a", n)
 	}
 	// The abandoned owner's turn end is fenced.
@@ -177,7 +178,7 @@ func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
 	m := startManager(t, cfg)
 
 	first := submit(t, m, "s1", "before the cut")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	published := len(rec.all())
 	seq := state(t, m, "s1").Seq
 	proxy.Cut()
@@ -194,7 +195,7 @@ func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
 	if err != nil || acc.Seq != seq+1 || acc.Epoch != first.Epoch {
 		t.Fatalf("accept after restore = %+v, %v; want %d-%d", acc, err, first.Epoch, seq+1)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 2)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 2)
 	if got, want := userEvents(t, st.log, "s1"), []string{"before the cut", "after the cut"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("logged user events %v, want %v", got, want)
 	}
@@ -209,7 +210,7 @@ func TestInboxWriteRefusedWhilePostgresCut(t *testing.T) {
 // is a new event. Store time passes by moving accepted_at into the past.
 func TestKeyRetentionOnDatabaseClock(t *testing.T) {
 	pool := testenv.Postgres(t)
-	st := &stores{leases: NewPostgresLeaseStore(pool), store: NewPostgresSessionStore(pool), log: NewMemoryReplayLog(1000, 0)}
+	st := &stores{leases: clusterAdapters(t).LeaseStore(pool), store: clusterAdapters(t).SessionStore(pool), log: NewMemoryReplayLog(1000, 0)}
 	ctx := context.Background()
 	age := func(d time.Duration) {
 		t.Helper()
@@ -231,7 +232,7 @@ func TestKeyRetentionOnDatabaseClock(t *testing.T) {
 	var first Accepted
 	owner("a/1", func(m *Manager) {
 		first = submitKey(t, m, "s1", "pay 10", "k1")
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeTurnCompleted), 1)
 	})
 	age(23 * time.Hour)
 	owner("b/1", func(m *Manager) {
@@ -248,7 +249,7 @@ func TestKeyRetentionOnDatabaseClock(t *testing.T) {
 		if again.Duplicate || !first.Pos().Less(again.Pos()) {
 			t.Fatalf("key at 25 h = %+v, want a new event after %+v", again, first)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "c/1", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "c/1", "type", agent.TypeTurnCompleted), 1)
 	})
 	var keys int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM session_keys WHERE idem_key = 'k1' AND accepted_at > now() - interval '1 hour'").Scan(&keys); err != nil || keys != 1 {
@@ -281,7 +282,7 @@ func TestInboxWriteOutcomeUnknown(t *testing.T) {
 
 	fs.acceptLands.n.Store(1)
 	acc := submitKey(t, m, "s1", "answer lost once", "k1")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	if n := tr.Count(trace.Kind("session.inbox.retry")); n != 1 {
 		t.Fatalf("%d inbox retries, want 1", n)
 	}
@@ -299,8 +300,8 @@ func TestInboxWriteOutcomeUnknown(t *testing.T) {
 	if !dup.Duplicate || dup.Epoch != acc.Epoch {
 		t.Fatalf("re-send after the unknown outcome = %+v, want a duplicate at epoch %d", dup, acc.Epoch)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted, "epoch", acc.Epoch+1), 1)
-	want := []Message{{Role: "user", Content: "answer lost once"}, {Role: "assistant", Content: "answer lost once"}, {Role: "user", Content: "answer always lost"}, {Role: "assistant", Content: "answer always lost"}}
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted, "epoch", acc.Epoch+1), 1)
+	want := []agent.Message{{Role: "user", Content: "answer lost once"}, {Role: "assistant", Content: "answer lost once"}, {Role: "user", Content: "answer always lost"}, {Role: "assistant", Content: "answer always lost"}}
 	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, want) {
 		t.Fatalf("history %v, want each input once: %v", got, want)
 	}
@@ -326,16 +327,16 @@ func TestTurnEndSurvivesPostgresBlip(t *testing.T) {
 	waitFor(t, tr, trace.Kind("session.checkpoint.retry"), 1)
 	proxy.Restore()
 	tr.Emit("test.restored")
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 	assertNoParkFailures(t, tr)
 	if s := m.Stats(); s.StandDowns != 0 || s.StoreRetries == 0 || s.TurnsCompleted != 1 {
 		t.Fatalf("stats = %+v, want retries and no stand-down", s)
 	}
-	if got := types(rec.ofType(TypeMessage)); len(got) != 1 {
+	if got := types(rec.ofType(agent.TypeMessage)); len(got) != 1 {
 		t.Fatalf("%d messages published, want 1", len(got))
 	}
 	stored := loadStored(t, st.store, "s1")
-	if !reflect.DeepEqual(messages(stored.History), []Message{{Role: "user", Content: "through the blip"}, {Role: "assistant", Content: "through the blip"}}) || len(stored.Inbox) != 0 {
+	if !reflect.DeepEqual(messages(stored.History), []agent.Message{{Role: "user", Content: "through the blip"}, {Role: "assistant", Content: "through the blip"}}) || len(stored.Inbox) != 0 {
 		t.Fatalf("stored %+v, want the turn once and an empty inbox", stored)
 	}
 	if acc := submit(t, m, "s1", "after"); acc.Epoch != first.Epoch {
@@ -360,6 +361,6 @@ func proxiedSessionStore(t *testing.T) (*stores, *testenv.TCPProxy, *pgxpool.Poo
 	}
 	t.Cleanup(pool.Close)
 	st := memoryStores()
-	st.store = NewPostgresSessionStore(pool)
+	st.store = clusterAdapters(t).SessionStore(pool)
 	return st, proxy, pool
 }

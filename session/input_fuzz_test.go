@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/gateway"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
 )
 
 // FuzzInputCheckpoints: whatever the input decoder (gateway.DecodeInput, the
@@ -40,7 +42,7 @@ func FuzzInputCheckpoints(f *testing.F) {
 	stores := []struct {
 		name string
 		s    session.SessionStore
-	}{{"memory", session.NewMemorySessionStore()}, {"postgres", session.NewPostgresSessionStore(testenv.Postgres(f))}}
+	}{{"memory", session.NewMemorySessionStore()}, {"postgres", pgstore.NewSessionStore(testenv.Postgres(f))}}
 	var n atomic.Int64
 	f.Fuzz(func(t *testing.T, body []byte) {
 		in, err := gateway.DecodeInput(body)
@@ -69,8 +71,8 @@ func FuzzInputCheckpoints(f *testing.F) {
 			if err := jsonEqual(in.Data, got.Input.Data); err != nil {
 				t.Fatalf("%s store: data %s read back as %s: %v", st.name, in.Data, got.Input.Data, err)
 			}
-			want := session.InputText(in)
-			rec := session.TurnRecord{Input: entry.Pos(), Messages: []session.Message{{Role: "user", Content: want}}, Seq: 2}
+			want := agent.InputText(in)
+			rec := session.TurnRecord{Input: entry.Pos(), Messages: []agent.Message{{Role: "user", Content: want}}, Seq: 2}
 			if err := st.s.CompleteTurn(ctx, key, 1, rec); err != nil {
 				t.Fatalf("%s store: the turn of %q does not complete: %v", st.name, body, err)
 			}

@@ -8,18 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
-func askInput(text string) Input {
+func askInput(text string) agent.Input {
 	data, _ := json.Marshal(map[string]any{"text": text, "ask": true})
-	return Input{Type: "message", Data: data}
+	return agent.Input{Type: "message", Data: data}
 }
 
-func answerInput(id string, value any, key string) Input {
+func answerInput(id string, value any, key string) agent.Input {
 	v, _ := json.Marshal(value)
 	data, _ := json.Marshal(map[string]json.RawMessage{"interrupt": json.RawMessage(`"` + id + `"`), "value": v})
-	return Input{Type: TypeResume, Data: data, IdempotencyKey: key}
+	return agent.Input{Type: agent.TypeResume, Data: data, IdempotencyKey: key}
 }
 
 // The echo agent asked to ask ends its turn with an interrupt: the turn's
@@ -41,25 +42,25 @@ func TestInterruptAnswerContinues(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterrupt), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeInterrupt), 1)
 		evs := logEvents(t, st.log, "s1")
-		if got := types(evs); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted, TypeInterrupt}) {
+		if got := types(evs); !reflect.DeepEqual(got, []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeInterrupt}) {
 			t.Fatalf("log = %v", got)
 		}
 		assertJSON(t, evs[2].Data, `{"id":"ask-1-1","kind":"approval","payload":{"question":"Stream this reply?","choices":["approve","deny"],"text":"hello world"},"turn":{"epoch":1,"seq":1}}`)
 		stored := loadStored(t, st.store, "s1")
-		if len(stored.History) != 2 || stored.History[1].Role != RoleInterrupt || len(stored.Inbox) != 0 {
+		if len(stored.History) != 2 || stored.History[1].Role != agent.RoleInterrupt || len(stored.Inbox) != 0 {
 			t.Fatalf("stored %+v, want the user message and the interrupt, empty inbox", stored)
 		}
-		if acc.Pos() != (Position{Epoch: 1, Seq: 1}) {
+		if acc.Pos() != (agent.Position{Epoch: 1, Seq: 1}) {
 			t.Fatalf("accepted at %v", acc.Pos())
 		}
 
 		if _, err := m.Accept(ctx, "s1", answerInput("nope", "approve", "")); !errors.Is(err, ErrInterruptNotFound) {
 			t.Fatalf("answer to an unknown interrupt = %v, want ErrInterruptNotFound", err)
 		}
-		bad := Input{Type: TypeResume, Data: json.RawMessage(`{"value":1}`)}
-		if _, err := m.Accept(ctx, "s1", bad); !errors.Is(err, ErrInvalidInput) {
+		bad := agent.Input{Type: agent.TypeResume, Data: json.RawMessage(`{"value":1}`)}
+		if _, err := m.Accept(ctx, "s1", bad); !errors.Is(err, agent.ErrInvalidInput) {
 			t.Fatalf("malformed answer = %v, want ErrInvalidInput", err)
 		}
 		first, err := m.Accept(ctx, "s1", answerInput("ask-1-1", "approve", "a1"))
@@ -72,9 +73,9 @@ func TestInterruptAnswerContinues(t *testing.T) {
 		if dup, err := m.Accept(ctx, "s1", answerInput("ask-1-1", "approve", "a1")); err != nil || !dup.Duplicate || dup.Seq != first.Seq {
 			t.Fatalf("re-sent first answer = %+v, %v; want its duplicate", dup, err)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 		evs = logEvents(t, st.log, "s1")
-		want := []string{TypeUserEvent, TypeTurnStarted, TypeInterrupt, TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta, TypeMessage, TypeTurnCompleted}
+		want := []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeInterrupt, agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeDelta, agent.TypeMessage, agent.TypeTurnCompleted}
 		if got := types(evs); !reflect.DeepEqual(got, want) {
 			t.Fatalf("log = %v, want %v", got, want)
 		}
@@ -99,13 +100,13 @@ func TestInterruptAnsweredAfterTakeover(t *testing.T) {
 		if _, err := a.Accept(context.Background(), "s1", askInput("one two")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeInterrupt), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeInterrupt), 1)
 		a.Close() // no hand-back: the lease lapses
 		st.advance(t, cfgA.LeaseTTL+time.Second)
 
 		cfgB, _, _ := testConfig(st, "b/1", tr)
-		seen := make(chan *InterruptAnswer, 1)
-		cfgB.Agent = agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+		seen := make(chan *agent.InterruptAnswer, 1)
+		cfgB.Agent = agentFunc(func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 			seen <- turn.Answer
 			return EchoAgent{}.Run(ctx, turn, emit)
 		})
@@ -115,10 +116,10 @@ func TestInterruptAnsweredAfterTakeover(t *testing.T) {
 			t.Fatalf("answer on the new owner = %+v, %v; want accepted at epoch 2", acc, err)
 		}
 		ans := <-seen
-		if ans == nil || ans.Interrupt.ID != "ask-1-1" || ans.Interrupt.Turn != (Position{Epoch: 1, Seq: 1}) || string(ans.Value) != `"deny"` {
+		if ans == nil || ans.Interrupt.ID != "ask-1-1" || ans.Interrupt.Turn != (agent.Position{Epoch: 1, Seq: 1}) || string(ans.Value) != `"deny"` {
 			t.Fatalf("continuation's Turn.Answer = %+v", ans)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 1)
 		if _, err := b.Accept(context.Background(), "s1", answerInput("ask-1-1", "approve", "")); !errors.Is(err, ErrInterruptAnswered) {
 			t.Fatalf("second answer = %v, want ErrInterruptAnswered", err)
 		}
@@ -146,19 +147,19 @@ func TestInterruptExpires(t *testing.T) {
 	tr := trace.New()
 	cfg, _, clk := testConfig(st, "a/1", tr)
 	exp := clk.Now().Add(time.Second)
-	cfg.Agent = agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+	cfg.Agent = agentFunc(func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 		if turn.Answer != nil {
 			t.Errorf("a continuation ran for an expired interrupt")
 		}
-		return Message{}, emit(ctx, TypeInterrupt, Interrupt{ID: "q1", Kind: "pick", Payload: json.RawMessage(`["a","b"]`), ExpiresAt: &exp})
+		return agent.Message{}, emit(ctx, agent.TypeInterrupt, agent.Interrupt{ID: "q1", Kind: "pick", Payload: json.RawMessage(`["a","b"]`), ExpiresAt: &exp})
 	})
 	m := startManager(t, cfg)
 	if _, err := m.Accept(context.Background(), "s1", textInput("which?", "")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterrupt), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeInterrupt), 1)
 	clk.Advance(2 * time.Second)
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterruptExpired), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeInterruptExpired), 1)
 	evs := logEvents(t, st.log, "s1")
 	assertJSON(t, evs[len(evs)-1].Data, `{"interrupt":"q1","turn":{"epoch":1,"seq":1}}`)
 	if _, err := m.Accept(context.Background(), "s1", answerInput("q1", "a", "")); !errors.Is(err, ErrInterruptExpired) {
@@ -173,14 +174,14 @@ func TestInterruptEmitRules(t *testing.T) {
 	tr := trace.New()
 	cfg, _, _ := testConfig(st, "a/1", tr)
 	errs := make(chan [3]error, 1)
-	cfg.Agent = agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+	cfg.Agent = agentFunc(func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 		var out [3]error
-		out[0] = emit(ctx, TypeInterrupt, map[string]string{"id": "bad id!", "kind": "x"})
-		_ = emit(ctx, TypeInterrupt, map[string]string{"id": "ok", "kind": "x"})
-		out[1] = emit(ctx, TypeDelta, deltaData{Text: "late"})
-		out[2] = emit(ctx, TypeInterruptExpired, map[string]string{})
+		out[0] = emit(ctx, agent.TypeInterrupt, map[string]string{"id": "bad id!", "kind": "x"})
+		_ = emit(ctx, agent.TypeInterrupt, map[string]string{"id": "ok", "kind": "x"})
+		out[1] = emit(ctx, agent.TypeDelta, deltaData{Text: "late"})
+		out[2] = emit(ctx, agent.TypeInterruptExpired, map[string]string{})
 		errs <- out
-		return Message{}, nil
+		return agent.Message{}, nil
 	})
 	m := startManager(t, cfg)
 	if _, err := m.Accept(context.Background(), "s1", textInput("x", "")); err != nil {
@@ -192,7 +193,7 @@ func TestInterruptEmitRules(t *testing.T) {
 			t.Fatalf("emit %d accepted, want refused", i)
 		}
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeInterrupt), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeInterrupt), 1)
 }
 
 // An interrupt its owner expired is not expired again by the next owner:
@@ -206,9 +207,9 @@ func TestInterruptExpiredOnceAcrossTakeover(t *testing.T) {
 		tr := trace.New()
 		cfgA, _, clkA := testConfig(st, "a/1", tr)
 		exp := clkA.Now().Add(time.Second)
-		asking := agentFunc(func(ctx context.Context, turn Turn, emit Emit) (Message, error) {
-			if InputText(turn.Input) == "which?" {
-				return Message{}, emit(ctx, TypeInterrupt, Interrupt{ID: "q1", Kind: "pick", ExpiresAt: &exp})
+		asking := agentFunc(func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
+			if agent.InputText(turn.Input) == "which?" {
+				return agent.Message{}, emit(ctx, agent.TypeInterrupt, agent.Interrupt{ID: "q1", Kind: "pick", ExpiresAt: &exp})
 			}
 			return EchoAgent{}.Run(ctx, turn, emit)
 		})
@@ -217,9 +218,9 @@ func TestInterruptExpiredOnceAcrossTakeover(t *testing.T) {
 		if _, err := a.Accept(context.Background(), "s1", textInput("which?", "")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeInterrupt), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeInterrupt), 1)
 		clkA.Advance(2 * time.Second)
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeInterruptExpired), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeInterruptExpired), 1)
 		a.Close()
 		st.advance(t, cfgA.LeaseTTL+time.Second)
 
@@ -237,10 +238,10 @@ func TestInterruptExpiredOnceAcrossTakeover(t *testing.T) {
 		if _, err := b.Accept(context.Background(), "s1", textInput("next", "")); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 1)
 		n := 0
 		for _, ev := range logEvents(t, st.log, "s1") {
-			if ev.Type == TypeInterruptExpired {
+			if ev.Type == agent.TypeInterruptExpired {
 				n++
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -22,7 +23,7 @@ type Config struct {
 	// extends its dead predecessor's lease (docs/OWNERSHIP.md "Storage").
 	Owner string
 	// Agent runs the turns. Nil means EchoAgent{}.
-	Agent Agent
+	Agent agent.Agent
 
 	Leases LeaseStore
 	// Store holds the sessions' fence rows, inboxes, histories and
@@ -150,7 +151,7 @@ type Accepted struct {
 }
 
 // Pos returns the position of the input's user_event.
-func (a Accepted) Pos() Position { return Position{Epoch: a.Epoch, Seq: a.Seq} }
+func (a Accepted) Pos() agent.Position { return agent.Position{Epoch: a.Epoch, Seq: a.Seq} }
 
 // Manager runs the sessions this node owns: one actor goroutine and one
 // renewer goroutine per live session. Safe for concurrent use.
@@ -279,17 +280,17 @@ const maxSubmitAttempts = 3
 // published, nothing will run); ctx's error (the input may still be
 // accepted after Accept returned). Any other error means ownership could
 // not be decided (an actor could not start): the input never ran.
-func (m *Manager) Accept(ctx context.Context, id string, in Input) (Accepted, error) {
-	if !ValidID(id) {
+func (m *Manager) Accept(ctx context.Context, id string, in agent.Input) (Accepted, error) {
+	if !agent.ValidID(id) {
 		return Accepted{}, ErrInvalidID
 	}
 	// Checked on the owner too: a forward may come from a node that did
 	// not check, and a store write of a refused input can fail.
-	if err := ValidateInput(in); err != nil {
+	if err := agent.ValidateInput(in); err != nil {
 		return Accepted{}, fmt.Errorf("session: accept %q: %w", id, err)
 	}
 	if !ValidMultitask(in.Multitask) {
-		return Accepted{}, fmt.Errorf("session: accept %q: %w", id, refuse(RuleMultitask, "multitask %q is not enqueue, reject or interrupt", in.Multitask))
+		return Accepted{}, fmt.Errorf("session: accept %q: %w", id, refuse(agent.RuleMultitask, "multitask %q is not enqueue, reject or interrupt", in.Multitask))
 	}
 	ctx, span := m.startSpan(ctx, spanAccept, oteltrace.SpanKindInternal, id)
 	acc, err := m.claimAndSubmit(ctx, id, &submitReq{in: in, trace: span.SpanContext()})
@@ -576,13 +577,15 @@ func (m *Manager) Close() {
 // noLog is the replay log of a Manager configured without one.
 type noLog struct{}
 
-func (noLog) Append(context.Context, Event) error { return nil }
-func (noLog) Since(context.Context, string, Position, int) ([]Event, bool, error) {
+func (noLog) Append(context.Context, agent.Event) error { return nil }
+func (noLog) Since(context.Context, string, agent.Position, int) ([]agent.Event, bool, error) {
 	return nil, false, nil
 }
-func (noLog) Top(context.Context, string) (Position, bool, error) { return Position{}, false, nil }
+func (noLog) Top(context.Context, string) (agent.Position, bool, error) {
+	return agent.Position{}, false, nil
+}
 
 // noPublisher is the publisher of a Manager configured without one.
 type noPublisher struct{}
 
-func (noPublisher) Publish(context.Context, Event) error { return nil }
+func (noPublisher) Publish(context.Context, agent.Event) error { return nil }

@@ -8,6 +8,8 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	oteltrace "go.opentelemetry.io/otel/trace"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // countingPublisher counts turn ends and signals each on done.
@@ -17,8 +19,8 @@ type countingPublisher struct {
 	tick  chan struct{} // nil: no signal; else a non-blocking nudge
 }
 
-func (p *countingPublisher) Publish(_ context.Context, ev Event) error {
-	if ev.Type == TypeTurnCompleted || ev.Type == TypeTurnFailed {
+func (p *countingPublisher) Publish(_ context.Context, ev agent.Event) error {
+	if ev.Type == agent.TypeTurnCompleted || ev.Type == agent.TypeTurnFailed {
 		p.ended.Add(1)
 		if p.done != nil {
 			p.done <- struct{}{}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -44,11 +45,11 @@ func TestDrainReleasesLeases(t *testing.T) {
 		if len(a.Sessions()) != 0 {
 			t.Fatalf("sessions after drain: %+v", a.Sessions())
 		}
-		if n := len(recA.ofType(TypeTurnCompleted)); n != 2 {
+		if n := len(recA.ofType(agent.TypeTurnCompleted)); n != 2 {
 			t.Fatalf("%d turns completed, want the 2 running ones", n)
 		}
 		s := loadStored(t, st.store, "s1")
-		if len(s.Inbox) != 1 || InputText(s.Inbox[0].Input) != "second" {
+		if len(s.Inbox) != 1 || agent.InputText(s.Inbox[0].Input) != "second" {
 			t.Fatalf("s1 inbox = %+v, want the second input", s.Inbox)
 		}
 
@@ -63,9 +64,9 @@ func TestDrainReleasesLeases(t *testing.T) {
 		cfgB, _, _ := testConfig(st, "b/1", tr)
 		b := startManager(t, cfgB)
 		submit(t, b, "s1", "third")
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 2)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 2)
 		stt := state(t, b, "s1")
-		want := []Message{{Role: "user", Content: "first"}, {Role: "assistant", Content: "done"}, {Role: "user", Content: "second"}, {Role: "assistant", Content: "second"}, {Role: "user", Content: "third"}, {Role: "assistant", Content: "third"}}
+		want := []agent.Message{{Role: "user", Content: "first"}, {Role: "assistant", Content: "done"}, {Role: "user", Content: "second"}, {Role: "assistant", Content: "second"}, {Role: "user", Content: "third"}, {Role: "assistant", Content: "third"}}
 		if !reflect.DeepEqual(messages(stt.History), want) {
 			t.Fatalf("history on the next owner = %v, want %v", stt.History, want)
 		}

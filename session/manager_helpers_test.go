@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 )
@@ -83,11 +88,11 @@ func (t *fakeTimer) Stop() bool {
 // runs inside Publish (on the actor goroutine) before the event is kept.
 type recorder struct {
 	mu      sync.Mutex
-	events  []Event
-	onEvent func(Event)
+	events  []agent.Event
+	onEvent func(agent.Event)
 }
 
-func (r *recorder) Publish(_ context.Context, ev Event) error {
+func (r *recorder) Publish(_ context.Context, ev agent.Event) error {
 	r.mu.Lock()
 	hook := r.onEvent
 	r.mu.Unlock()
@@ -100,20 +105,20 @@ func (r *recorder) Publish(_ context.Context, ev Event) error {
 	return nil
 }
 
-func (r *recorder) setHook(f func(Event)) {
+func (r *recorder) setHook(f func(agent.Event)) {
 	r.mu.Lock()
 	r.onEvent = f
 	r.mu.Unlock()
 }
 
-func (r *recorder) all() []Event {
+func (r *recorder) all() []agent.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Event(nil), r.events...)
+	return append([]agent.Event(nil), r.events...)
 }
 
-func (r *recorder) ofType(typ string) []Event {
-	var out []Event
+func (r *recorder) ofType(typ string) []agent.Event {
+	var out []agent.Event
 	for _, ev := range r.all() {
 		if ev.Type == typ {
 			out = append(out, ev)
@@ -128,20 +133,20 @@ func (r *recorder) ofType(typ string) []Event {
 type blockAgent struct {
 	pre      []string
 	post     string
-	started  chan Turn
+	started  chan agent.Turn
 	release  chan struct{}
 	onCancel func(ctx context.Context) // runs when ctx ends while blocked
 	postErr  chan error                // receives the emit error of post
 }
 
 func newBlockAgent() *blockAgent {
-	return &blockAgent{started: make(chan Turn, 64), release: make(chan struct{}), postErr: make(chan error, 64)}
+	return &blockAgent{started: make(chan agent.Turn, 64), release: make(chan struct{}), postErr: make(chan error, 64)}
 }
 
-func (b *blockAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
+func (b *blockAgent) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 	for _, d := range b.pre {
-		if err := emit(ctx, TypeDelta, deltaData{Text: d}); err != nil {
-			return Message{}, err
+		if err := emit(ctx, agent.TypeDelta, deltaData{Text: d}); err != nil {
+			return agent.Message{}, err
 		}
 	}
 	b.started <- turn
@@ -151,16 +156,16 @@ func (b *blockAgent) Run(ctx context.Context, turn Turn, emit Emit) (Message, er
 		if b.onCancel != nil {
 			b.onCancel(ctx)
 		}
-		return Message{}, ctx.Err()
+		return agent.Message{}, ctx.Err()
 	}
 	if b.post != "" {
-		err := emit(ctx, TypeDelta, deltaData{Text: b.post})
+		err := emit(ctx, agent.TypeDelta, deltaData{Text: b.post})
 		b.postErr <- err
 		if err != nil {
-			return Message{}, err
+			return agent.Message{}, err
 		}
 	}
-	return Message{Role: "assistant", Content: "done"}, nil
+	return agent.Message{Role: "assistant", Content: "done"}, nil
 }
 
 // flakyLeases wraps a LeaseStore; while failing is set, Claim fails as an
@@ -181,6 +186,29 @@ func (f *flakyLeases) Claim(ctx context.Context, key, owner string, ttl time.Dur
 
 // stores is one set of shared stores (as one database and one Redis would
 // be for a cluster), plus a way to make store time pass.
+// ClusterAdapters builds the cluster store adapters (session/pgstore,
+// session/redisstore) for this package's in-package tests. Those packages
+// import session, so a file of package session cannot import them;
+// adapters_test.go (package session_test, linked into the same test
+// binary) sets it in an init, before any test runs.
+var ClusterAdapters *Adapters
+
+// Adapters are constructors of the cluster store adapters.
+type Adapters struct {
+	LeaseStore   func(pool *pgxpool.Pool) LeaseStore
+	SessionStore func(pool *pgxpool.Pool) SessionStore
+	ReplayLog    func(client redis.UniversalClient, prefix string, maxLen int64, ttl time.Duration) ReplayLog
+}
+
+// clusterAdapters returns ClusterAdapters, failing t when no file set it.
+func clusterAdapters(t *testing.T) *Adapters {
+	t.Helper()
+	if ClusterAdapters == nil {
+		t.Fatal("session.ClusterAdapters is unset: adapters_test.go sets it")
+	}
+	return ClusterAdapters
+}
+
 type stores struct {
 	leases LeaseStore
 	store  SessionStore
@@ -247,15 +275,15 @@ func submit(t *testing.T, m *Manager, id, text string) Accepted {
 	return acc
 }
 
-func textInput(text, key string) Input {
+func textInput(text, key string) agent.Input {
 	data, _ := json.Marshal(map[string]string{"text": text})
-	return Input{Type: "message", Data: data, IdempotencyKey: key}
+	return agent.Input{Type: "message", Data: data, IdempotencyKey: key}
 }
 
 // logEvents reads a session's whole replay log.
-func logEvents(t *testing.T, l ReplayLog, id string) []Event {
+func logEvents(t *testing.T, l ReplayLog, id string) []agent.Event {
 	t.Helper()
-	evs, _, err := l.Since(context.Background(), id, Position{}, 0)
+	evs, _, err := l.Since(context.Background(), id, agent.Position{}, 0)
 	if err != nil {
 		t.Fatalf("read log of %s: %v", id, err)
 	}
@@ -264,7 +292,7 @@ func logEvents(t *testing.T, l ReplayLog, id string) []Event {
 
 // assertIncreasing fails unless evs are in strictly increasing position
 // and seq order.
-func assertIncreasing(t *testing.T, evs []Event) {
+func assertIncreasing(t *testing.T, evs []agent.Event) {
 	t.Helper()
 	for i := 1; i < len(evs); i++ {
 		if !evs[i-1].Pos().Less(evs[i].Pos()) || evs[i-1].Seq >= evs[i].Seq {
@@ -285,8 +313,8 @@ func loadStored(t *testing.T, s SessionStore, id string) StoredSession {
 }
 
 // messages returns the messages of stored history entries.
-func messages(h []StoredMessage) []Message {
-	out := make([]Message, len(h))
+func messages(h []StoredMessage) []agent.Message {
+	out := make([]agent.Message, len(h))
 	for i, m := range h {
 		out[i] = m.Message
 	}
@@ -303,7 +331,7 @@ func state(t *testing.T, m *Manager, id string) State {
 	return st
 }
 
-func types(evs []Event) []string {
+func types(evs []agent.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Type
@@ -333,9 +361,9 @@ func clusterStores(t *testing.T) *stores {
 	pool := testenv.Postgres(t)
 	client, prefix := testenv.Redis(t)
 	return &stores{
-		leases: NewPostgresLeaseStore(pool),
-		store:  NewPostgresSessionStore(pool),
-		log:    NewRedisReplayLog(client, RedisReplayConfig{Prefix: prefix, MaxLen: 10_000, TTL: time.Hour}),
+		leases: clusterAdapters(t).LeaseStore(pool),
+		store:  clusterAdapters(t).SessionStore(pool),
+		log:    clusterAdapters(t).ReplayLog(client, prefix, 10_000, time.Hour),
 		advance: func(t *testing.T, d time.Duration) {
 			t.Helper()
 			if _, err := pool.Exec(context.Background(), "UPDATE agent_leases SET expires_at = expires_at - $1::interval", d); err != nil {

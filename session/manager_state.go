@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"go.uber.org/zap"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // Where a State was read from.
@@ -39,7 +41,7 @@ type State struct {
 	History    []StoredMessage `json:"history"`
 	Total      int64           `json:"total"`
 	NextBefore int64           `json:"next_before"`
-	Pending    []Message       `json:"pending"`
+	Pending    []agent.Message `json:"pending"`
 	Running    bool            `json:"running"`
 	// DoubleTexting is what an input sent while a turn runs does in this
 	// session: enqueue, reject or interrupt (Config.DoubleTexting when the
@@ -56,7 +58,7 @@ type State struct {
 // trouble is not an error: the State comes back without history, Source
 // SourceUnavailable. The only error is ErrInvalidID.
 func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, error) {
-	if !ValidID(id) {
+	if !agent.ValidID(id) {
 		return State{}, ErrInvalidID
 	}
 	if q.Limit <= 0 {
@@ -66,7 +68,7 @@ func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, 
 	m.mu.Lock()
 	a := m.actors[id]
 	m.mu.Unlock()
-	st := State{Session: id, History: []StoredMessage{}, Pending: []Message{}}
+	st := State{Session: id, History: []StoredMessage{}, Pending: []agent.Message{}}
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadTimeout)
 	defer cancel()
 	stored, ok, err := m.cfg.Store.Read(ctx, id, q)
@@ -88,7 +90,7 @@ func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, 
 			}
 		}
 		for _, e := range stored.Inbox {
-			st.Pending = append(st.Pending, Message{Role: "user", Content: InputText(e.Input)})
+			st.Pending = append(st.Pending, agent.Message{Role: "user", Content: agent.InputText(e.Input)})
 		}
 	}
 	if a != nil && a.ctx.Err() == nil {
@@ -97,12 +99,12 @@ func (m *Manager) State(ctx context.Context, id string, q HistoryQuery) (State, 
 		if v.mode != "" {
 			st.DoubleTexting = v.mode
 		}
-		st.Pending = make([]Message, 0, len(v.pending)+1)
+		st.Pending = make([]agent.Message, 0, len(v.pending)+1)
 		if v.running != nil {
-			st.Pending = append(st.Pending, Message{Role: "user", Content: InputText(v.running.Input)})
+			st.Pending = append(st.Pending, agent.Message{Role: "user", Content: agent.InputText(v.running.Input)})
 		}
 		for _, p := range v.pending {
-			st.Pending = append(st.Pending, Message{Role: "user", Content: InputText(p.Input)})
+			st.Pending = append(st.Pending, agent.Message{Role: "user", Content: agent.InputText(p.Input)})
 		}
 		if st.Source != SourceUnavailable {
 			st.Source = SourceActor
@@ -211,7 +213,7 @@ type counters struct {
 // expired by the store's clock). Remaining is the holder's time left as the
 // store reported it. Errors: ErrInvalidID; the store's error.
 func (m *Manager) LiveLease(ctx context.Context, id string) (l Lease, ok bool, err error) {
-	if !ValidID(id) {
+	if !agent.ValidID(id) {
 		return Lease{}, false, ErrInvalidID
 	}
 	l, ok, err = m.cfg.Leases.Get(ctx, id)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -47,8 +48,8 @@ func TestPendingInputsBounded(t *testing.T) {
 		t.Fatalf("sessions = %+v, want %d pending", info, cfg.MaxPending)
 	}
 	close(ag.release)
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1+cfg.MaxPending)
-	if n := len(logEventsOfType(t, st.log, "s1", TypeUserEvent)); n != 1+cfg.MaxPending {
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1+cfg.MaxPending)
+	if n := len(logEventsOfType(t, st.log, "s1", agent.TypeUserEvent)); n != 1+cfg.MaxPending {
 		t.Fatalf("%d inputs accepted, want %d", n, 1+cfg.MaxPending)
 	}
 	// With the queue drained, input is accepted again.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -62,8 +63,8 @@ func TestRenewerNotStalledByBlockedAgent(t *testing.T) {
 		default:
 		}
 		close(ag.release)
-		waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted, "epoch", int64(1)), 1)
-		if len(rec.ofType(TypeMessage)) != 1 {
+		waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted, "epoch", int64(1)), 1)
+		if len(rec.ofType(agent.TypeMessage)) != 1 {
 			t.Fatalf("published %v", types(rec.all()))
 		}
 	})
@@ -122,7 +123,7 @@ func TestRenewerDeadlineCancelsTurn(t *testing.T) {
 		waitFor(t, tr, trace.Kind("session.standdown", "session", "s1"), 1)
 		waitGone(t, m, "s1")
 		for _, ev := range rec.all() {
-			if ev.Type == TypeMessage || ev.Type == TypeTurnCompleted || ev.Type == TypeTurnFailed {
+			if ev.Type == agent.TypeMessage || ev.Type == agent.TypeTurnCompleted || ev.Type == agent.TypeTurnFailed {
 				t.Fatalf("published %s after the deadline", ev.Type)
 			}
 		}
@@ -223,7 +224,7 @@ func TestRenewerRealClockCluster(t *testing.T) {
 	default:
 	}
 	close(ag.release)
-	waitFor(t, tr, trace.Kind("session.emit", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "type", agent.TypeTurnCompleted), 1)
 }
 
 // blockedTurn is owner a/1 running a turn of session s1 whose agent blocks,
@@ -283,7 +284,7 @@ func TestRenewalInFlightIsNotCancelledByRetirement(t *testing.T) {
 	cfg, _, clk := testConfig(st, "a/1", tr)
 	m := startManager(t, cfg)
 	submit(t, m, "s1", "hello")
-	waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeTurnCompleted), 1)
 	waitFor(t, tr, trace.Kind("renewer.armed", "owner", "a/1"), 1)
 	g.armed.Store(true)
 	clk.Advance(cfg.RenewEvery)

@@ -3,7 +3,13 @@ package session
 import (
 	"context"
 	"fmt"
+
+	"github.com/relaygw/relay/agent"
 )
+
+// DefaultReplayMaxLen is the number of events a replay log keeps per session
+// when none is configured.
+const DefaultReplayMaxLen = 1000
 
 // ReplayReason says why a replay did not recover a joiner's stream
 // (docs/OWNERSHIP.md "Join (observe)"). It is the join reply's "reason".
@@ -23,10 +29,10 @@ const (
 type ReplayResult struct {
 	// Events are the logged events strictly after the cursor, oldest first
 	// (at most the limit given to Replay).
-	Events []Event
+	Events []agent.Event
 	// Top is the joiner's position once Events are applied: the last
 	// replayed event's position, or the cursor when nothing was replayed.
-	Top Position
+	Top agent.Position
 	// Recovered is true when Events are every event after the cursor;
 	// otherwise Reason says why not.
 	Recovered bool
@@ -35,12 +41,12 @@ type ReplayResult struct {
 	// joiner already holds (see Duplicate). The zero Position keeps every
 	// live event: a cursor ahead of the log is not a position the live
 	// stream has passed.
-	Skip Position
+	Skip agent.Position
 }
 
 // Duplicate reports whether a live event at pos is at or before the seam,
 // so the joiner already holds it (replayed, or at or before its cursor).
-func (r ReplayResult) Duplicate(pos Position) bool { return !r.Skip.Less(pos) }
+func (r ReplayResult) Duplicate(pos agent.Position) bool { return !r.Skip.Less(pos) }
 
 // SessionHead reports a session's authoritative newest position as its
 // owner or its session store knows it: the owner's current (epoch, seq)
@@ -48,7 +54,7 @@ func (r ReplayResult) Duplicate(pos Position) bool { return !r.Skip.Less(pos) }
 // ok is false when it could not be read. Replay asks for it only when the
 // log itself cannot say whether the joiner holds the session's top: no log
 // (never written, or expired) or a cursor beyond the log's top.
-type SessionHead func(ctx context.Context) (head Position, ok bool)
+type SessionHead func(ctx context.Context) (head agent.Position, ok bool)
 
 // Replay reads session id's log after cursor (up to limit events; limit
 // <= 0 means the log's own bound) and applies the replay seam's rules.
@@ -83,10 +89,10 @@ type SessionHead func(ctx context.Context) (head Position, ok bool)
 // A log read error gives Recovered false with ReplayUnavailable, Top and
 // Skip at the cursor, and the error (wrapped) for the caller to count and
 // log; the result is still the one to answer with.
-func Replay(ctx context.Context, log ReplayLog, id string, cursor Position, limit int, head SessionHead) (ReplayResult, error) {
+func Replay(ctx context.Context, log ReplayLog, id string, cursor agent.Position, limit int, head SessionHead) (ReplayResult, error) {
 	res := ReplayResult{Top: cursor, Skip: cursor, Recovered: true}
 	events, complete, err := log.Since(ctx, id, cursor, limit)
-	var top Position
+	var top agent.Position
 	var exists bool
 	if err == nil {
 		// Read after Since: top only grows, so a cursor beyond it was
@@ -131,13 +137,13 @@ func Replay(ctx context.Context, log ReplayLog, id string, cursor Position, limi
 			truncate()
 		}
 	default: // no log, or a cursor beyond the log's top
-		var h Position
+		var h agent.Position
 		ok := false
 		if head != nil {
 			h, ok = head(ctx)
 		}
 		switch {
-		case ok && h.Seq == cursor.Seq && !h.Less(Position{Epoch: cursor.Epoch}):
+		case ok && h.Seq == cursor.Seq && !h.Less(agent.Position{Epoch: cursor.Epoch}):
 			// The joiner holds the session's top; the log expired or
 			// lost nothing the joiner lacks.
 		case ok && cursor.Less(h) && h.Seq > cursor.Seq:
@@ -149,7 +155,7 @@ func Replay(ctx context.Context, log ReplayLog, id string, cursor Position, limi
 			if head != nil && !ok {
 				res.Reason = ReplayUnavailable
 			}
-			res.Skip = Position{}
+			res.Skip = agent.Position{}
 		}
 	}
 	return res, nil
@@ -159,6 +165,27 @@ func Replay(ctx context.Context, log ReplayLog, id string, cursor Position, limi
 // a holder of last: after it, and with no event missing between them (the
 // seam rule of Replay: the next seq in one epoch, or an epoch's first event
 // whose Prev is at or before last).
-func Contiguous(last Position, ev Event) bool {
+func Contiguous(last agent.Position, ev agent.Event) bool {
 	return last.Less(ev.Pos()) && !missed(last, ev)
+}
+
+// FreshFloor is the floor of a replay log created by appending first:
+// everything before first is unknown, except that Seq 1 starts a session's
+// history (floor 0-0). Every ReplayLog implementation records it when a
+// session's log starts.
+func FreshFloor(first agent.Position) agent.Position {
+	if first.Seq <= 1 {
+		return agent.Position{}
+	}
+	return agent.Position{Epoch: first.Epoch, Seq: first.Seq - 1}
+}
+
+// CheckAppendPos is the position check of ReplayLog.Append: nil for a
+// position above 0-0, else an error naming it ("session: append at E-S:
+// position must be above 0-0"); Append then stores nothing.
+func CheckAppendPos(p agent.Position) error {
+	if p.Epoch < 0 || p.Seq < 0 || p.IsZero() {
+		return fmt.Errorf("session: append at %v: position must be above 0-0", p)
+	}
+	return nil
 }

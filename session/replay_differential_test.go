@@ -10,8 +10,10 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // TestReplayLogsAgree drives the memory and the Redis replay logs with the
@@ -28,17 +30,17 @@ func TestReplayLogsAgree(t *testing.T) {
 		maxLen := rapid.IntRange(1, 6).Draw(rt, "maxLen")
 		clock := session.NewManualClock(time.Unix(1000, 0))
 		mem := session.NewMemoryReplayLog(maxLen, ttl, session.WithMemoryClock(clock.Now))
-		red := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: runPrefix, MaxLen: int64(maxLen), TTL: ttl})
+		red := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: runPrefix, MaxLen: int64(maxLen), TTL: ttl})
 		sessionGen := rapid.SampledFrom([]string{"a", "b"})
-		posGen := rapid.Custom(func(rt *rapid.T) session.Position {
-			return session.Position{Epoch: int64(rapid.IntRange(0, 3).Draw(rt, "epoch")), Seq: int64(rapid.IntRange(0, 12).Draw(rt, "seq"))}
+		posGen := rapid.Custom(func(rt *rapid.T) agent.Position {
+			return agent.Position{Epoch: int64(rapid.IntRange(0, 3).Draw(rt, "epoch")), Seq: int64(rapid.IntRange(0, 12).Draw(rt, "seq"))}
 		})
 
 		rt.Repeat(map[string]func(*rapid.T){
 			"append": func(rt *rapid.T) {
 				p := posGen.Draw(rt, "pos")
-				ev := session.Event{Session: sessionGen.Draw(rt, "session"), Epoch: p.Epoch, Seq: p.Seq,
-					Type: session.TypeDelta, Data: fmt.Appendf(nil, `{"at":%q}`, p), At: time.Unix(1700000000, 0).UTC()}
+				ev := agent.Event{Session: sessionGen.Draw(rt, "session"), Epoch: p.Epoch, Seq: p.Seq,
+					Type: agent.TypeDelta, Data: fmt.Appendf(nil, `{"at":%q}`, p), At: time.Unix(1700000000, 0).UTC()}
 				errMem, errRed := mem.Append(ctx, ev), red.Append(ctx, ev)
 				if (errMem == nil) != (errRed == nil) || errors.Is(errMem, session.ErrFenced) != errors.Is(errRed, session.ErrFenced) {
 					rt.Fatalf("append %v: memory %v, redis %v", p, errMem, errRed)
@@ -62,14 +64,14 @@ func TestReplayLogsAgree(t *testing.T) {
 			"time passes": func(rt *rapid.T) {
 				d := time.Duration(rapid.IntRange(1, 70).Draw(rt, "seconds")) * time.Second
 				clock.Advance(d)
-				shiftRedisTTLs(rt, client, runPrefix, d)
+				testenv.ShiftRedisTTLs(rt, client, runPrefix, d)
 			},
 		})
 	})
 }
 
-func positions(evs []session.Event) []session.Position {
-	out := make([]session.Position, len(evs))
+func positions(evs []agent.Event) []agent.Position {
+	out := make([]agent.Position, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Pos()
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // MemoryReplayLog is a ReplayLog kept in process memory, for the embedded
@@ -39,9 +41,9 @@ type MemoryReplayLog struct {
 // slack is full, so an append costs amortized O(1) instead of a copy of the
 // whole log. window hides them from every reader.
 type memoryStream struct {
-	events  []Event
-	floor   Position  // highest position lost before events[0]
-	expires time.Time // zero when the log never expires
+	events  []agent.Event
+	floor   agent.Position // highest position lost before events[0]
+	expires time.Time      // zero when the log never expires
 }
 
 // trimSlack is how many events beyond maxLen a log holds before it is
@@ -51,7 +53,7 @@ type memoryStream struct {
 func trimSlack(maxLen int) int { return max(1, maxLen/4) }
 
 // window returns the newest maxLen events and the floor below them.
-func (s *memoryStream) window(maxLen int) ([]Event, Position) {
+func (s *memoryStream) window(maxLen int) ([]agent.Event, agent.Position) {
 	if n := len(s.events) - maxLen; n > 0 {
 		return s.events[n:], s.events[n-1].Pos()
 	}
@@ -71,28 +73,12 @@ func NewMemoryReplayLog(maxLen int, ttl time.Duration, opts ...MemoryOption) *Me
 	return &MemoryReplayLog{maxLen: maxLen, ttl: ttl, now: o.now, logs: make(map[string]*memoryStream)}
 }
 
-// freshFloor is the floor of a log created by appending first: everything
-// before first is unknown, except that Seq 1 starts a session's history.
-func freshFloor(first Position) Position {
-	if first.Seq <= 1 {
-		return Position{}
-	}
-	return Position{Epoch: first.Epoch, Seq: first.Seq - 1}
-}
-
-func checkAppendPos(p Position) error {
-	if p.Epoch < 0 || p.Seq < 0 || p.IsZero() {
-		return fmt.Errorf("session: append at %v: position must be above 0-0", p)
-	}
-	return nil
-}
-
 // Append implements ReplayLog.
-func (l *MemoryReplayLog) Append(ctx context.Context, ev Event) error {
+func (l *MemoryReplayLog) Append(ctx context.Context, ev agent.Event) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("session: append %q: %w", ev.Session, err)
 	}
-	if err := checkAppendPos(ev.Pos()); err != nil {
+	if err := CheckAppendPos(ev.Pos()); err != nil {
 		return err
 	}
 	ev.Data = append([]byte(nil), ev.Data...)
@@ -102,7 +88,7 @@ func (l *MemoryReplayLog) Append(ctx context.Context, ev Event) error {
 	l.sweep(now)
 	s := l.live(ev.Session, now)
 	if s == nil {
-		s = &memoryStream{floor: freshFloor(ev.Pos())}
+		s = &memoryStream{floor: FreshFloor(ev.Pos())}
 		l.logs[ev.Session] = s
 	} else if top := s.events[len(s.events)-1].Pos(); !top.Less(ev.Pos()) {
 		return fmt.Errorf("session: append %q at %v (top %v): %w", ev.Session, ev.Pos(), top, ErrFenced)
@@ -121,7 +107,7 @@ func (l *MemoryReplayLog) Append(ctx context.Context, ev Event) error {
 }
 
 // Since implements ReplayLog. limit <= 0 means no limit.
-func (l *MemoryReplayLog) Since(ctx context.Context, session string, after Position, limit int) ([]Event, bool, error) {
+func (l *MemoryReplayLog) Since(ctx context.Context, session string, after agent.Position, limit int) ([]agent.Event, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, false, fmt.Errorf("session: since %q: %w", session, err)
 	}
@@ -132,7 +118,7 @@ func (l *MemoryReplayLog) Since(ctx context.Context, session string, after Posit
 		return nil, after.IsZero(), nil
 	}
 	events, floor := s.window(l.maxLen)
-	var out []Event
+	var out []agent.Event
 	for _, ev := range events {
 		if limit > 0 && len(out) == limit {
 			break
@@ -146,15 +132,15 @@ func (l *MemoryReplayLog) Since(ctx context.Context, session string, after Posit
 }
 
 // Top implements ReplayLog.
-func (l *MemoryReplayLog) Top(ctx context.Context, session string) (Position, bool, error) {
+func (l *MemoryReplayLog) Top(ctx context.Context, session string) (agent.Position, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
+		return agent.Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.live(session, l.now())
 	if s == nil || len(s.events) == 0 {
-		return Position{}, false, nil
+		return agent.Position{}, false, nil
 	}
 	return s.events[len(s.events)-1].Pos(), true, nil
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // Logs of sessions that are never read again are dropped by the sweep that
@@ -14,13 +16,13 @@ func TestMemoryReplayLogSweepsExpiredSessions(t *testing.T) {
 	l := NewMemoryReplayLog(10, time.Minute, WithMemoryClock(clock.Now))
 	ctx := context.Background()
 	for i := range 50 {
-		ev := Event{Session: fmt.Sprintf("s%d", i), Epoch: 1, Seq: 1, Type: TypeDelta, Data: []byte(`{}`)}
+		ev := agent.Event{Session: fmt.Sprintf("s%d", i), Epoch: 1, Seq: 1, Type: agent.TypeDelta, Data: []byte(`{}`)}
 		if err := l.Append(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock.Advance(time.Minute)
-	if err := l.Append(ctx, Event{Session: "fresh", Epoch: 1, Seq: 1, Data: []byte(`{}`)}); err != nil {
+	if err := l.Append(ctx, agent.Event{Session: "fresh", Epoch: 1, Seq: 1, Data: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	l.mu.Lock()

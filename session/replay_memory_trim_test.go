@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -18,11 +19,11 @@ func TestMemoryReplayLogKeepsExactlyMaxLen(t *testing.T) {
 		t.Run(fmt.Sprint(maxLen), func(t *testing.T) {
 			l := session.NewMemoryReplayLog(maxLen, 0)
 			for i := int64(1); i <= int64(5*maxLen+3); i++ {
-				if err := l.Append(ctx, session.Event{Session: "s", Epoch: 1, Seq: i, Type: "delta", Data: []byte(`{}`)}); err != nil {
+				if err := l.Append(ctx, agent.Event{Session: "s", Epoch: 1, Seq: i, Type: "delta", Data: []byte(`{}`)}); err != nil {
 					t.Fatal(err)
 				}
 				first := max(1, i-int64(maxLen)+1)
-				evs, complete, err := l.Since(ctx, "s", session.Position{}, 0)
+				evs, complete, err := l.Since(ctx, "s", agent.Position{}, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -33,22 +34,22 @@ func TestMemoryReplayLogKeepsExactlyMaxLen(t *testing.T) {
 					t.Fatalf("after %d appends: Since(0) complete = %v, want %v", i, complete, first == 1)
 				}
 				// Reaching back exactly to the floor is complete; one below is not.
-				floor := session.Position{Epoch: 1, Seq: first - 1}
+				floor := agent.Position{Epoch: 1, Seq: first - 1}
 				if first > 1 {
 					evs, complete, _ = l.Since(ctx, "s", floor, 0)
 					if !complete || int64(len(evs)) != i-first+1 {
 						t.Fatalf("after %d appends: Since(%v) = %d events, complete %v; want %d, true", i, floor, len(evs), complete, i-first+1)
 					}
-					below := session.Position{Epoch: 1, Seq: first - 2}
+					below := agent.Position{Epoch: 1, Seq: first - 2}
 					if _, complete, _ = l.Since(ctx, "s", below, 0); complete != below.IsZero() {
 						t.Fatalf("after %d appends: Since(%v) complete = %v", i, below, complete)
 					}
 				}
-				evs, _, _ = l.Since(ctx, "s", session.Position{}, 1)
+				evs, _, _ = l.Since(ctx, "s", agent.Position{}, 1)
 				if len(evs) != 1 || evs[0].Seq != first {
 					t.Fatalf("after %d appends: Since(0, limit 1) = %v, want seq %d", i, evs, first)
 				}
-				if top, ok, _ := l.Top(ctx, "s"); !ok || top != (session.Position{Epoch: 1, Seq: i}) {
+				if top, ok, _ := l.Top(ctx, "s"); !ok || top != (agent.Position{Epoch: 1, Seq: i}) {
 					t.Fatalf("after %d appends: Top = %v %v", i, top, ok)
 				}
 			}
@@ -67,13 +68,13 @@ func BenchmarkMemoryReplayAppendFull(b *testing.B) {
 			seq := int64(0)
 			for range maxLen {
 				seq++
-				_ = l.Append(ctx, session.Event{Session: "s", Epoch: 1, Seq: seq, Type: "delta", Data: data})
+				_ = l.Append(ctx, agent.Event{Session: "s", Epoch: 1, Seq: seq, Type: "delta", Data: data})
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				seq++
-				if err := l.Append(ctx, session.Event{Session: "s", Epoch: 1, Seq: seq, Type: "delta", Data: data}); err != nil {
+				if err := l.Append(ctx, agent.Event{Session: "s", Epoch: 1, Seq: seq, Type: "delta", Data: data}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // recoveredLog is a replay log of the recovered table with a way to make
@@ -21,7 +23,7 @@ func recoveredLogs(t *testing.T, maxLen int) map[string]recoveredLog {
 	clock := session.NewManualClock(time.Unix(1700000000, 0))
 	mem := session.NewMemoryReplayLog(maxLen, time.Minute, session.WithMemoryClock(clock.Now))
 	client, prefix := testenv.Redis(t)
-	red := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: int64(maxLen), TTL: time.Minute})
+	red := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: int64(maxLen), TTL: time.Minute})
 	return map[string]recoveredLog{
 		// The memory log expires every session at once; each case appends
 		// to its own session after the expiry it needs, so the table keeps
@@ -41,14 +43,14 @@ func recoveredLogs(t *testing.T, maxLen int) map[string]recoveredLog {
 // the log and, where the log cannot say, from the session's head (its
 // owner's or its store's position).
 func TestReplayRecovered(t *testing.T) {
-	p := func(e, s int64) session.Position { return session.Position{Epoch: e, Seq: s} }
-	head := func(h session.Position) session.SessionHead {
-		return func(context.Context) (session.Position, bool) { return h, true }
+	p := func(e, s int64) agent.Position { return agent.Position{Epoch: e, Seq: s} }
+	head := func(h agent.Position) session.SessionHead {
+		return func(context.Context) (agent.Position, bool) { return h, true }
 	}
-	unreadable := func(context.Context) (session.Position, bool) { return session.Position{}, false }
+	unreadable := func(context.Context) (agent.Position, bool) { return agent.Position{}, false }
 	type logged struct {
-		at   session.Position
-		prev *session.Position
+		at   agent.Position
+		prev *agent.Position
 	}
 	seqs := func(epoch int64, from, to int64) []logged {
 		var out []logged
@@ -57,16 +59,16 @@ func TestReplayRecovered(t *testing.T) {
 		}
 		return out
 	}
-	withPrev := func(at, prev session.Position) logged { return logged{at: at, prev: &prev} }
+	withPrev := func(at, prev agent.Position) logged { return logged{at: at, prev: &prev} }
 	cases := []struct {
 		name    string
 		log     []logged
 		expire  bool // the log expires after it was written
-		cursor  session.Position
+		cursor  agent.Position
 		head    session.SessionHead
 		want    bool
 		reason  session.ReplayReason
-		skip    session.Position
+		skip    agent.Position
 		replays int
 	}{
 		{name: "at top, stream expired", log: seqs(1, 1, 160), expire: true, cursor: p(1, 160), head: head(p(1, 160)),

@@ -9,8 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // replayLogs returns a memory and a Redis replay log, each keeping maxLen
@@ -20,7 +22,7 @@ func replayLogs(t *testing.T, maxLen int) map[string]session.ReplayLog {
 	client, prefix := testenv.Redis(t)
 	return map[string]session.ReplayLog{
 		"memory": session.NewMemoryReplayLog(maxLen, time.Minute),
-		"redis":  session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: int64(maxLen), TTL: time.Minute}),
+		"redis":  redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: int64(maxLen), TTL: time.Minute}),
 	}
 }
 
@@ -33,7 +35,7 @@ func appendSeqs(t *testing.T, log session.ReplayLog, id string, epoch int64, seq
 	}
 }
 
-func seqsOf(evs []session.Event) []int64 {
+func seqsOf(evs []agent.Event) []int64 {
 	out := make([]int64, 0, len(evs))
 	for _, ev := range evs {
 		out = append(out, ev.Seq)
@@ -46,11 +48,11 @@ func seqsOf(evs []session.Event) []int64 {
 // even when the new epoch's seq steps back or jumps; one that misses the
 // previous epoch's tail (the events up to Prev) is replay_truncated.
 func TestReplayPrevMarksMissedTail(t *testing.T) {
-	p := func(e, s int64) session.Position { return session.Position{Epoch: e, Seq: s} }
+	p := func(e, s int64) agent.Position { return agent.Position{Epoch: e, Seq: s} }
 	for name, log := range replayLogs(t, 100) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			withPrev := func(id string, at, prev session.Position) {
+			withPrev := func(id string, at, prev agent.Position) {
 				ev := redisEvent(id, at.Epoch, at.Seq)
 				ev.Prev = &prev
 				if err := log.Append(ctx, ev); err != nil {
@@ -65,7 +67,7 @@ func TestReplayPrevMarksMissedTail(t *testing.T) {
 			withPrev("tail", p(2, 4), p(1, 5))
 			for _, c := range []struct {
 				id   string
-				from session.Position
+				from agent.Position
 				ok   bool
 			}{
 				{"back", p(0, 0), true}, {"back", p(1, 2), true}, {"back", p(1, 5), true},
@@ -88,7 +90,7 @@ func TestReplayPrevMarksMissedTail(t *testing.T) {
 // replay_truncated and skips no live event (the live stream has not passed
 // it).
 func TestReplaySeam(t *testing.T) {
-	p := func(e, s int64) session.Position { return session.Position{Epoch: e, Seq: s} }
+	p := func(e, s int64) agent.Position { return agent.Position{Epoch: e, Seq: s} }
 	for name, log := range replayLogs(t, 4) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
@@ -98,18 +100,18 @@ func TestReplaySeam(t *testing.T) {
 			appendSeqs(t, log, "jump", 1, 1, 2, 5)
 			for _, c := range []struct {
 				id        string
-				cursor    session.Position
+				cursor    agent.Position
 				seqs      []int64
-				top       session.Position
+				top       agent.Position
 				recovered bool
-				skip      session.Position
+				skip      agent.Position
 			}{
 				{"whole", p(1, 1), []int64{2, 3, 4}, p(2, 4), true, p(2, 4)},
 				{"whole", p(2, 4), []int64{}, p(2, 4), true, p(2, 4)},
-				{"whole", session.Position{}, []int64{1, 2, 3, 4}, p(2, 4), true, p(2, 4)},
+				{"whole", agent.Position{}, []int64{1, 2, 3, 4}, p(2, 4), true, p(2, 4)},
 				{"trimmed", p(1, 1), []int64{3, 4, 5, 6}, p(1, 6), false, p(1, 6)},
 				{"jump", p(1, 2), []int64{5}, p(1, 5), false, p(1, 5)},
-				{"never-written", p(1, 7), []int64{}, p(1, 7), false, session.Position{}},
+				{"never-written", p(1, 7), []int64{}, p(1, 7), false, agent.Position{}},
 			} {
 				res, err := session.Replay(ctx, log, c.id, c.cursor, 0, nil)
 				if err != nil {
@@ -131,8 +133,8 @@ func TestReplaySeam(t *testing.T) {
 // TestReplayDuplicate: Duplicate drops live events at or before the seam
 // and keeps later ones, across epochs; a zero Skip keeps all.
 func TestReplayDuplicate(t *testing.T) {
-	res := session.ReplayResult{Skip: session.Position{Epoch: 2, Seq: 4}}
-	for pos, want := range map[session.Position]bool{
+	res := session.ReplayResult{Skip: agent.Position{Epoch: 2, Seq: 4}}
+	for pos, want := range map[agent.Position]bool{
 		{Epoch: 1, Seq: 9}: true, {Epoch: 2, Seq: 3}: true, {Epoch: 2, Seq: 4}: true,
 		{Epoch: 2, Seq: 5}: false, {Epoch: 3, Seq: 1}: false,
 	} {
@@ -140,7 +142,7 @@ func TestReplayDuplicate(t *testing.T) {
 			t.Errorf("Duplicate(%v) with skip %v = %v, want %v", pos, res.Skip, got, want)
 		}
 	}
-	if (session.ReplayResult{}).Duplicate(session.Position{Epoch: 1, Seq: 1}) {
+	if (session.ReplayResult{}).Duplicate(agent.Position{Epoch: 1, Seq: 1}) {
 		t.Error("a zero skip dropped the first event")
 	}
 }
@@ -151,11 +153,11 @@ func TestReplayLimit(t *testing.T) {
 	for name, log := range replayLogs(t, 10) {
 		t.Run(name, func(t *testing.T) {
 			appendSeqs(t, log, "s", 1, 1, 2, 3, 4, 5)
-			res, err := session.Replay(context.Background(), log, "s", session.Position{Epoch: 1, Seq: 1}, 2, nil)
+			res, err := session.Replay(context.Background(), log, "s", agent.Position{Epoch: 1, Seq: 1}, 2, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := seqsOf(res.Events); !slices.Equal(got, []int64{2, 3}) || res.Skip != (session.Position{Epoch: 1, Seq: 3}) || !res.Recovered {
+			if got := seqsOf(res.Events); !slices.Equal(got, []int64{2, 3}) || res.Skip != (agent.Position{Epoch: 1, Seq: 3}) || !res.Recovered {
 				t.Fatalf("limit 2 = %v skip %v recovered %v", got, res.Skip, res.Recovered)
 			}
 		})
@@ -173,13 +175,13 @@ func TestReplayUnavailable(t *testing.T) {
 	proxy := testenv.Proxy(t, addr)
 	proxied := redis.NewClient(&redis.Options{Addr: proxy.Addr(), DB: client.(*redis.Client).Options().DB, MaxRetries: -1})
 	t.Cleanup(func() { _ = proxied.Close() })
-	log := session.NewRedisReplayLog(proxied, session.RedisReplayConfig{Prefix: prefix, TTL: time.Minute})
+	log := redisstore.NewReplayLog(proxied, redisstore.ReplayConfig{Prefix: prefix, TTL: time.Minute})
 	appendSeqs(t, log, "s", 1, 1, 2)
 
 	proxy.Cut()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	cursor := session.Position{Epoch: 1, Seq: 1}
+	cursor := agent.Position{Epoch: 1, Seq: 1}
 	res, err := session.Replay(ctx, log, "s", cursor, 0, nil)
 	if err == nil || errors.Is(err, session.ErrFenced) {
 		t.Fatalf("replay while cut off: err %v", err)
@@ -187,4 +189,10 @@ func TestReplayUnavailable(t *testing.T) {
 	if res.Recovered || res.Reason != session.ReplayUnavailable || len(res.Events) != 0 || res.Top != cursor || res.Skip != cursor {
 		t.Fatalf("replay while cut off = %+v", res)
 	}
+}
+
+// redisEvent is a delta event of session id at epoch-seq.
+func redisEvent(id string, epoch, seq int64) agent.Event {
+	return agent.Event{Session: id, Epoch: epoch, Seq: seq, Type: agent.TypeDelta,
+		Data: []byte(`{"text":"x"}`), At: time.Unix(1700000000, 0).UTC()}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -21,13 +22,13 @@ var resumeWords = strings.Fields("w01 w02 w03 w04 w05 w06 w07 w08 w09 w10")
 // ends (a turn longer than the drain window).
 type stallEcho struct {
 	after   int
-	stalled chan Turn
+	stalled chan agent.Turn
 }
 
 func (s stallEcho) Resumable() bool { return true }
 
-func (s stallEcho) Run(ctx context.Context, turn Turn, emit Emit) (Message, error) {
-	words := strings.Fields(InputText(turn.Input))
+func (s stallEcho) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
+	words := strings.Fields(agent.InputText(turn.Input))
 	if turn.Resume != nil {
 		words = words[len(strings.Fields(turn.Resume.Text)):]
 	}
@@ -35,13 +36,13 @@ func (s stallEcho) Run(ctx context.Context, turn Turn, emit Emit) (Message, erro
 		if i == s.after {
 			s.stalled <- turn
 			<-ctx.Done()
-			return Message{}, ctx.Err()
+			return agent.Message{}, ctx.Err()
 		}
-		if err := emit(ctx, TypeDelta, deltaData{Text: w + " "}); err != nil {
-			return Message{}, err
+		if err := emit(ctx, agent.TypeDelta, deltaData{Text: w + " "}); err != nil {
+			return agent.Message{}, err
 		}
 	}
-	return Message{Role: "assistant", Content: InputText(turn.Input)}, nil
+	return agent.Message{Role: "assistant", Content: agent.InputText(turn.Input)}, nil
 }
 
 // assertResumedOnce checks the replay log of a turn that ran at epoch 1 and
@@ -50,20 +51,20 @@ func (s stallEcho) Run(ctx context.Context, turn Turn, emit Emit) (Message, erro
 // attempt 2, from = epoch 1's last delta) carrying Prev = epoch 1's last
 // event; the final message and the stored history hold the whole reply;
 // the inbox is empty.
-func assertResumedOnce(t *testing.T, st *stores, id string, input Position, k int) {
+func assertResumedOnce(t *testing.T, st *stores, id string, input agent.Position, k int) {
 	t.Helper()
 	evs := logEvents(t, st.log, id)
 	var deltas strings.Builder
-	var resumed []Event
-	var lastOld Event
+	var resumed []agent.Event
+	var lastOld agent.Event
 	for _, ev := range evs {
 		switch {
 		case ev.Epoch == 1:
 			lastOld = ev
-		case ev.Type == TypeTurnResumed:
+		case ev.Type == agent.TypeTurnResumed:
 			resumed = append(resumed, ev)
 		}
-		if ev.Type == TypeDelta {
+		if ev.Type == agent.TypeDelta {
 			var d deltaData
 			if err := json.Unmarshal(ev.Data, &d); err != nil {
 				t.Fatal(err)
@@ -74,7 +75,7 @@ func assertResumedOnce(t *testing.T, st *stores, id string, input Position, k in
 	if got, want := deltas.String(), strings.Join(resumeWords, " ")+" "; got != want {
 		t.Fatalf("deltas across both epochs = %q, want every word once: %q\nlog: %v", got, want, types(evs))
 	}
-	if n := countType(evs, TypeDelta, 1); n != k {
+	if n := countType(evs, agent.TypeDelta, 1); n != k {
 		t.Fatalf("epoch 1 emitted %d deltas, want %d", n, k)
 	}
 	if len(resumed) != 1 {
@@ -85,32 +86,32 @@ func assertResumedOnce(t *testing.T, st *stores, id string, input Position, k in
 		t.Fatalf("turn_resumed data = %s, want turn %v attempt 2 from %v", resumed[0].Data, input, lastOld.Pos())
 	}
 	first := firstOfEpoch(evs, 2)
-	if first.Type != TypeTurnResumed || first.Prev == nil || *first.Prev != lastOld.Pos() {
+	if first.Type != agent.TypeTurnResumed || first.Prev == nil || *first.Prev != lastOld.Pos() {
 		t.Fatalf("epoch 2's first event = %s prev %v, want turn_resumed with prev %v", first.Type, first.Prev, lastOld.Pos())
 	}
-	msgs := ofType(evs, TypeMessage)
+	msgs := ofType(evs, agent.TypeMessage)
 	if len(msgs) != 1 || msgs[0].Epoch != 2 {
 		t.Fatalf("message events = %v, want one at epoch 2", msgs)
 	}
-	var m Message
+	var m agent.Message
 	_ = json.Unmarshal(msgs[0].Data, &m)
 	whole := strings.Join(resumeWords, " ")
 	if m.Content != whole {
 		t.Fatalf("final message = %q, want the whole reply %q", m.Content, whole)
 	}
 	stored := loadStored(t, st.store, id)
-	want := []Message{{Role: "user", Content: whole}, {Role: "assistant", Content: whole}}
+	want := []agent.Message{{Role: "user", Content: whole}, {Role: "assistant", Content: whole}}
 	if !reflect.DeepEqual(messages(stored.History), want) || len(stored.Inbox) != 0 {
 		t.Fatalf("stored = %+v, want %v and an empty inbox", stored, want)
 	}
 	// Replay from before the takeover recovers across the epoch seam.
-	rr, err := Replay(context.Background(), st.log, id, Position{}, 0, nil)
+	rr, err := Replay(context.Background(), st.log, id, agent.Position{}, 0, nil)
 	if err != nil || !rr.Recovered {
 		t.Fatalf("replay from the start: recovered %v (%s), %v", rr.Recovered, rr.Reason, err)
 	}
 }
 
-func countType(evs []Event, typ string, epoch int64) int {
+func countType(evs []agent.Event, typ string, epoch int64) int {
 	n := 0
 	for _, ev := range evs {
 		if ev.Type == typ && ev.Epoch == epoch {
@@ -120,8 +121,8 @@ func countType(evs []Event, typ string, epoch int64) int {
 	return n
 }
 
-func ofType(evs []Event, typ string) []Event {
-	var out []Event
+func ofType(evs []agent.Event, typ string) []agent.Event {
+	var out []agent.Event
 	for _, ev := range evs {
 		if ev.Type == typ {
 			out = append(out, ev)
@@ -130,13 +131,13 @@ func ofType(evs []Event, typ string) []Event {
 	return out
 }
 
-func firstOfEpoch(evs []Event, epoch int64) Event {
+func firstOfEpoch(evs []agent.Event, epoch int64) agent.Event {
 	for _, ev := range evs {
 		if ev.Epoch == epoch {
 			return ev
 		}
 	}
-	return Event{}
+	return agent.Event{}
 }
 
 // An owner abandoned mid-turn (its actor parked right after its k-th
@@ -155,11 +156,11 @@ func TestResumeAfterOwnerAbandonedMidTurn(t *testing.T) {
 				a := NewManager(cfgA)
 				defer a.Close()
 				// user_event is seq 1, turn_started seq 2, the k-th delta seq 2+k.
-				at := trace.Kind("session.emit", "owner", "a/1", "type", TypeTurnStarted)
+				at := trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeTurnStarted)
 				if k > 0 {
-					at = trace.Kind("session.emit", "owner", "a/1", "type", TypeDelta, "seq", int64(2+k))
+					at = trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeDelta, "seq", int64(2+k))
 				}
-				tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted))
+				tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted))
 				acc := submit(t, a, "s1", strings.Join(resumeWords, " "))
 				waitFor(t, tr, at, 1)
 
@@ -169,7 +170,7 @@ func TestResumeAfterOwnerAbandonedMidTurn(t *testing.T) {
 				if n, err := b.Recover(context.Background(), 10); err != nil || n != 1 {
 					t.Fatalf("recover = %d, %v; want 1", n, err)
 				}
-				waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+				waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 1)
 				assertResumedOnce(t, st, "s1", acc.Pos(), k)
 				if s := b.Stats(); s.TurnsResumed != 1 || s.TurnsCompleted != 1 {
 					t.Fatalf("b stats = %+v, want 1 resumed, 1 completed", s)
@@ -192,7 +193,7 @@ func TestDrainHandsOverTurnPastWindow(t *testing.T) {
 		tr := trace.New()
 		cfgA, recA, _ := testConfig(st, "a/1", tr)
 		const k = 3
-		ag := stallEcho{after: k, stalled: make(chan Turn, 1)}
+		ag := stallEcho{after: k, stalled: make(chan agent.Turn, 1)}
 		cfgA.Agent = ag
 		a := startManager(t, cfgA)
 		ctx := context.Background()
@@ -208,7 +209,7 @@ func TestDrainHandsOverTurnPastWindow(t *testing.T) {
 			t.Fatalf("drain = %v, want nil: a hand-over is not a failure", err)
 		}
 		waitFor(t, tr, trace.Kind("session.drain.handover", "turns", uint64(1)), 1)
-		if got, want := types(recA.all()), []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta, TypeDelta}; !reflect.DeepEqual(got, want) {
+		if got, want := types(recA.all()), []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeDelta, agent.TypeDelta}; !reflect.DeepEqual(got, want) {
 			t.Fatalf("a published %v, want %v (no turn end)", got, want)
 		}
 		if s := a.Stats(); s.HandOvers != 1 || s.TurnsFailed != 0 || s.StandDowns != 0 {
@@ -227,7 +228,7 @@ func TestDrainHandsOverTurnPastWindow(t *testing.T) {
 		if n, err := b.Recover(ctx, 10); err != nil || n != 1 {
 			t.Fatalf("recover = %d, %v; want 1 (the lease was handed back)", n, err)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 1)
 		assertResumedOnce(t, st, "s1", acc.Pos(), k)
 	})
 }
@@ -268,12 +269,12 @@ func TestUnresumableTurnRestartsThenGivesUp(t *testing.T) {
 	if n, err := d.Recover(context.Background(), 10); err != nil || n != 1 {
 		t.Fatalf("recover = %d, %v", n, err)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "owner", "d/1", "type", TypeTurnFailed), 1)
-	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeTurnFailed}) {
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "d/1", "type", agent.TypeTurnFailed), 1)
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{agent.TypeTurnFailed}) {
 		t.Fatalf("d published %v, want only turn_failed", got)
 	}
 	stored := loadStored(t, st.store, "s1")
-	if len(stored.Inbox) != 0 || !reflect.DeepEqual(messages(stored.History), []Message{{Role: "user", Content: "poison"}}) {
+	if len(stored.Inbox) != 0 || !reflect.DeepEqual(messages(stored.History), []agent.Message{{Role: "user", Content: "poison"}}) {
 		t.Fatalf("stored = %+v, want the input out of the inbox with its user message", stored)
 	}
 	if s := d.Stats(); s.TurnsGivenUp != 1 || s.TurnsFailed != 1 {
@@ -302,8 +303,8 @@ func TestResumeRestartsWhenJournalLost(t *testing.T) {
 	cfgA, _, _ := testConfig(st, "a/1", tr)
 	a := NewManager(cfgA)
 	defer a.Close()
-	at := trace.Kind("session.emit", "owner", "a/1", "type", TypeDelta, "seq", int64(4))
-	tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted))
+	at := trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeDelta, "seq", int64(4))
+	tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted))
 	acc := submit(t, a, "s1", strings.Join(resumeWords, " "))
 	waitFor(t, tr, at, 1)
 
@@ -314,20 +315,20 @@ func TestResumeRestartsWhenJournalLost(t *testing.T) {
 	if n, err := b.Recover(context.Background(), 10); err != nil || n != 1 {
 		t.Fatalf("recover = %d, %v", n, err)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+	waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 1)
 	evs := recB.all()
-	if evs[0].Type != TypeTurnStarted || evs[0].Prev == nil || *evs[0].Prev != (Position{Epoch: 1, Seq: 1}) {
+	if evs[0].Type != agent.TypeTurnStarted || evs[0].Prev == nil || *evs[0].Prev != (agent.Position{Epoch: 1, Seq: 1}) {
 		t.Fatalf("b's first event = %s prev %v, want turn_started with prev at the stored 1-1", evs[0].Type, evs[0].Prev)
 	}
 	var d turnData
 	if err := json.Unmarshal(evs[0].Data, &d); err != nil || d.Turn != acc.Pos() || d.Attempt != 2 || d.From != nil {
 		t.Fatalf("turn_started data = %s, want turn %v attempt 2", evs[0].Data, acc.Pos())
 	}
-	if n := len(ofType(evs, TypeDelta)); n != len(resumeWords) {
+	if n := len(ofType(evs, agent.TypeDelta)); n != len(resumeWords) {
 		t.Fatalf("b streamed %d deltas, want all %d again", n, len(resumeWords))
 	}
 	whole := strings.Join(resumeWords, " ")
-	if s := loadStored(t, st.store, "s1"); !reflect.DeepEqual(messages(s.History), []Message{{Role: "user", Content: whole}, {Role: "assistant", Content: whole}}) {
+	if s := loadStored(t, st.store, "s1"); !reflect.DeepEqual(messages(s.History), []agent.Message{{Role: "user", Content: whole}, {Role: "assistant", Content: whole}}) {
 		t.Fatalf("history = %v", s.History)
 	}
 	if s := b.Stats(); s.TurnsRestarted != 1 || s.TurnsResumed != 0 {

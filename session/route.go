@@ -10,6 +10,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // OutcomeKind says which of the three answers an Outcome is.
@@ -126,13 +128,13 @@ const maxRouteSteps = 4
 // NewRetryDirective of the holder's remaining lease time as the lease store
 // reported it (zero for refusals without a holder). Without a Forwarder
 // (single node) another process's live lease is refused the same way.
-func (m *Manager) Submit(ctx context.Context, id string, in Input) Outcome {
+func (m *Manager) Submit(ctx context.Context, id string, in agent.Input) Outcome {
 	return m.route(ctx, id, in, nil)
 }
 
 // route is Submit for an input (ctl nil) or a control (Control).
-func (m *Manager) route(ctx context.Context, id string, in Input, ctl *Control) Outcome {
-	if !ValidID(id) {
+func (m *Manager) route(ctx context.Context, id string, in agent.Input, ctl *Control) Outcome {
+	if !agent.ValidID(id) {
 		return Outcome{Kind: OutcomeFailed, Err: ErrInvalidID}
 	}
 	if err := m.admitting(); err != nil {
@@ -223,7 +225,7 @@ func (m *Manager) forward(ctx context.Context, holder string, req ForwardRequest
 // fenced, store unavailable) refuse and everything else fails: the input
 // may have been accepted there.
 func (m *Manager) settle(id string, err error, remote bool, hops int) Outcome {
-	refuse := !errors.Is(err, ErrInvalidID) && !errors.Is(err, ErrInvalidInput) && !errors.Is(err, ErrBusy) &&
+	refuse := !errors.Is(err, ErrInvalidID) && !errors.Is(err, agent.ErrInvalidInput) && !errors.Is(err, ErrBusy) &&
 		!errors.Is(err, ErrIdempotencyKeyReused) && !errors.Is(err, ErrOutcomeUnknown) && !errors.Is(err, ErrTurnBusy) &&
 		!errors.Is(err, ErrInvalidControl) && !errors.Is(err, ErrInterruptAnswered) && !errors.Is(err, ErrInterruptExpired) &&
 		!errors.Is(err, ErrInterruptNotFound)

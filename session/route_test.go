@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/session"
@@ -69,8 +70,8 @@ func (e *routeEnv) crash(owner string, m *session.Manager) {
 	m.Close()
 }
 
-func input(text, key string) session.Input {
-	return session.Input{Type: "message", Data: json.RawMessage(`{"text":"` + text + `"}`), IdempotencyKey: key}
+func input(text, key string) agent.Input {
+	return agent.Input{Type: "message", Data: json.RawMessage(`{"text":"` + text + `"}`), IdempotencyKey: key}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -413,7 +414,7 @@ func TestKeyReusedRefusedThroughForward(t *testing.T) {
 // submitParkedAtForward submits in on m in the background, parks it at its
 // forward to holder until the trace event release is emitted, and returns
 // once the forward is parked; the outcome arrives on the channel.
-func submitParkedAtForward(t *testing.T, tr *trace.Tracer, m *session.Manager, holder, release string, in session.Input) <-chan session.Outcome {
+func submitParkedAtForward(t *testing.T, tr *trace.Tracer, m *session.Manager, holder, release string, in agent.Input) <-chan session.Outcome {
 	t.Helper()
 	ctx := ctxT(t)
 	tr.Park(trace.Kind("session.forward", "holder", holder), trace.Kind(release))
@@ -436,14 +437,14 @@ func TestInvalidInputRefusedByOwner(t *testing.T) {
 	b := e.node("b/1", nil, nil)
 	ctx := ctxT(t)
 	mustAccepted(t, a.Submit(ctx, "s1", input("hello", "")))
-	bad := session.Input{Type: "message", Data: json.RawMessage(`{"text":"\ud800"}`)}
+	bad := agent.Input{Type: "message", Data: json.RawMessage(`{"text":"\ud800"}`)}
 
 	reply := a.HandleForward(ctx, session.ForwardRequest{Session: "s1", Input: bad})
 	if reply.Error == nil || reply.Error.Code != session.CodeInvalid || reply.Accepted != nil {
 		t.Fatalf("forward of an invalid input = %+v, want code %s", reply, session.CodeInvalid)
 	}
 	out := b.Submit(ctx, "s1", bad)
-	if out.Kind != session.OutcomeFailed || !errors.Is(out.Err, session.ErrInvalidInput) {
+	if out.Kind != session.OutcomeFailed || !errors.Is(out.Err, agent.ErrInvalidInput) {
 		t.Fatalf("submit through b = %v %v, want failed with ErrInvalidInput", out.Kind, out.Err)
 	}
 	mustAccepted(t, b.Submit(ctx, "s1", input("still here", "")))
@@ -465,25 +466,25 @@ func TestControlForwardsToOwner(t *testing.T) {
 	e := newRouteEnv(t)
 	block := make(chan struct{})
 	started := make(chan struct{}, 4)
-	agent := agentFunc(func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
-		if err := emit(ctx, session.TypeDelta, map[string]string{"text": "part"}); err != nil {
-			return session.Message{}, err
+	ag := agentFunc(func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
+		if err := emit(ctx, agent.TypeDelta, map[string]string{"text": "part"}); err != nil {
+			return agent.Message{}, err
 		}
 		started <- struct{}{}
 		select {
 		case <-ctx.Done():
-			return session.Message{}, context.Cause(ctx)
+			return agent.Message{}, context.Cause(ctx)
 		case <-block:
 		}
-		return session.Message{Role: "assistant", Content: "whole"}, nil
+		return agent.Message{Role: "assistant", Content: "whole"}, nil
 	})
-	tune := func(c *session.Config) { c.Agent = agent }
+	tune := func(c *session.Config) { c.Agent = ag }
 	a, b := e.node("a/1", nil, tune), e.node("b/1", nil, tune)
 	ctx := ctxT(t)
 	acc := mustAccepted(t, a.Submit(ctx, "s1", input("one", "")))
 	<-started
 
-	out := b.Control(ctx, "s1", session.Control{Op: session.OpStop, Turn: session.Position{Epoch: 1, Seq: 99}})
+	out := b.Control(ctx, "s1", session.Control{Op: session.OpStop, Turn: agent.Position{Epoch: 1, Seq: 99}})
 	r := mustAccepted(t, out).Control
 	if r == nil || r.Stopped || r.Reason != session.ReasonNotRunning || r.Running == nil || *r.Running != acc.Pos() || out.Hops != 1 {
 		t.Fatalf("forwarded stop of an unknown turn = %+v (hops %d), want not_running naming %v", r, out.Hops, acc.Pos())
@@ -510,12 +511,12 @@ func TestControlForwardsToOwner(t *testing.T) {
 func TestTurnBusyCrossesTheWire(t *testing.T) {
 	e := newRouteEnv(t)
 	started := make(chan struct{}, 4)
-	agent := agentFunc(func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+	ag := agentFunc(func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 		started <- struct{}{}
 		<-ctx.Done()
-		return session.Message{}, ctx.Err()
+		return agent.Message{}, ctx.Err()
 	})
-	tune := func(c *session.Config) { c.Agent = agent }
+	tune := func(c *session.Config) { c.Agent = ag }
 	a, b := e.node("a/1", nil, tune), e.node("b/1", nil, tune)
 	ctx := ctxT(t)
 	acc := mustAccepted(t, a.Submit(ctx, "s1", input("one", "")))
@@ -529,9 +530,9 @@ func TestTurnBusyCrossesTheWire(t *testing.T) {
 	}
 }
 
-type agentFunc func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error)
+type agentFunc func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error)
 
-func (f agentFunc) Run(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+func (f agentFunc) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 	return f(ctx, turn, emit)
 }
 
@@ -542,12 +543,12 @@ func (f agentFunc) Run(ctx context.Context, turn session.Turn, emit session.Emit
 func TestStopDuringTakeoverRetriedReachesNewOwner(t *testing.T) {
 	e := newRouteEnv(t)
 	started := make(chan string, 8)
-	agent := agentFunc(func(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+	ag := agentFunc(func(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 		started <- turn.ID.String()
 		<-ctx.Done()
-		return session.Message{}, context.Cause(ctx)
+		return agent.Message{}, context.Cause(ctx)
 	})
-	tune := func(c *session.Config) { c.Agent = agent }
+	tune := func(c *session.Config) { c.Agent = ag }
 	a := e.node("a/1", nil, tune)
 	b := e.node("b/1", nil, tune)
 	ctx := ctxT(t)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
@@ -35,8 +36,8 @@ func TestStandDownAfterCheckpointFailureReleasesLease(t *testing.T) {
 	if acc.Epoch != first.Epoch+1 {
 		t.Fatalf("accepted at %+v, want epoch %d", acc, first.Epoch+1)
 	}
-	waitFor(t, tr, trace.Kind("session.emit", "session", "s1", "type", TypeTurnCompleted, "epoch", acc.Epoch), 2)
-	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, []Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}, {Role: "user", Content: "again"}, {Role: "assistant", Content: "again"}}) {
+	waitFor(t, tr, trace.Kind("session.emit", "session", "s1", "type", agent.TypeTurnCompleted, "epoch", acc.Epoch), 2)
+	if got := messages(state(t, m, "s1").History); !reflect.DeepEqual(got, []agent.Message{{Role: "user", Content: "hello"}, {Role: "assistant", Content: "hello"}, {Role: "user", Content: "again"}, {Role: "assistant", Content: "again"}}) {
 		t.Fatalf("history = %v, want the stood-down turn re-run, then the new one", got)
 	}
 }
@@ -66,7 +67,7 @@ func TestNothingPublishedPastLeaseDeadline(t *testing.T) {
 	}
 	waitFor(t, tr, trace.Kind("session.standdown", "owner", "a/1"), 1)
 	assertNoParkFailures(t, tr)
-	if got := types(rec.all()); !reflect.DeepEqual(got, []string{TypeUserEvent, TypeTurnStarted}) {
+	if got := types(rec.all()); !reflect.DeepEqual(got, []string{agent.TypeUserEvent, agent.TypeTurnStarted}) {
 		t.Fatalf("published %v, want nothing after turn_started", got)
 	}
 	if got := types(logEvents(t, st.log, "s1")); len(got) != 2 {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // Errors shared by the stores. Check them with errors.Is / errors.As.
@@ -82,7 +84,7 @@ type LeaseStore interface {
 // the inbox of accepted inputs whose turn has not completed, the history
 // (append-only, numbered from 1) and the idempotency keys accepted within
 // their retention. Implementations: MemorySessionStore (embedded default)
-// and PostgresSessionStore; both pass storetest.SessionStoreSuite.
+// and pgstore.SessionStore; both pass storetest.SessionStoreSuite.
 //
 // Every write is one atomic step fenced by the writer's epoch: it lands only
 // if the stored epoch is not ahead of the writer's, and raises the stored
@@ -119,7 +121,7 @@ type SessionStore interface {
 	// a new owner counts the attempts of a turn even when the replay log
 	// lost them (docs/OWNERSHIP.md "Turn journal and resume"). An error
 	// wrapping ErrOutcomeUnknown may have landed.
-	StartTurn(ctx context.Context, key string, epoch int64, input Position, attempt int) error
+	StartTurn(ctx context.Context, key string, epoch int64, input agent.Position, attempt int) error
 	// LookupKey reads the idempotency key idemKey of session key without
 	// writing: its record (Age on the store's clock) when it was accepted
 	// less than keyTTL ago. ok is false otherwise, or when the session has
@@ -160,7 +162,7 @@ type Thawed struct {
 type InboxEntry struct {
 	Epoch    int64
 	Seq      int64
-	Input    Input
+	Input    agent.Input
 	BodyHash [32]byte
 	Attempts int
 	// DoubleTexting, when not "", is a double-texting mode Accept makes the
@@ -170,7 +172,7 @@ type InboxEntry struct {
 }
 
 // Pos returns the position of the entry's user_event.
-func (e InboxEntry) Pos() Position { return Position{Epoch: e.Epoch, Seq: e.Seq} }
+func (e InboxEntry) Pos() agent.Position { return agent.Position{Epoch: e.Epoch, Seq: e.Seq} }
 
 // KeyRecord is one remembered idempotency key: where its input was
 // accepted, the hash of its body, and its age on the store's clock when
@@ -185,17 +187,17 @@ type KeyRecord struct {
 
 // TurnRecord is a completed (or failed) turn as CompleteTurn writes it.
 type TurnRecord struct {
-	Input    Position  // the input's position (its user_event)
-	Messages []Message // appended to the history, in order
-	Seq      int64     // the last seq the turn's events use
+	Input    agent.Position  // the input's position (its user_event)
+	Messages []agent.Message // appended to the history, in order
+	Seq      int64           // the last seq the turn's events use
 }
 
 // StoredMessage is a history message with its number N (1, 2, … in
 // order of appending) and the position of the input of its turn.
 type StoredMessage struct {
-	N    int64    `json:"n"`
-	Turn Position `json:"turn"`
-	Message
+	N    int64          `json:"n"`
+	Turn agent.Position `json:"turn"`
+	agent.Message
 }
 
 // HistoryQuery selects one page of history: the Limit newest messages
@@ -222,21 +224,21 @@ type StoredSession struct {
 // below the current top is refused with ErrFenced.
 type ReplayLog interface {
 	// Append adds ev to its session's log.
-	Append(ctx context.Context, ev Event) error
+	Append(ctx context.Context, ev agent.Event) error
 	// Since returns up to limit events of session strictly after pos, oldest
 	// first. complete is false when the log no longer reaches back to pos
 	// (events after pos were trimmed or expired), so the caller must refetch
 	// history another way. pos zero means "from the beginning".
-	Since(ctx context.Context, session string, after Position, limit int) (events []Event, complete bool, err error)
+	Since(ctx context.Context, session string, after agent.Position, limit int) (events []agent.Event, complete bool, err error)
 	// Top returns the position of the newest event in session's log and
 	// true, or the zero Position and false when the session has no log
 	// (never written, or expired).
-	Top(ctx context.Context, session string) (top Position, ok bool, err error)
+	Top(ctx context.Context, session string) (top agent.Position, ok bool, err error)
 }
 
 // Publisher delivers events live to the sockets subscribed to the session's
 // topic, on this node and others. Delivery is at-most-once; the replay log
 // closes gaps.
 type Publisher interface {
-	Publish(ctx context.Context, ev Event) error
+	Publish(ctx context.Context, ev agent.Event) error
 }

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
 )
 
 // BenchmarkPostgresSession2000Turns drives one session through 2,000 turns
@@ -22,7 +24,7 @@ import (
 // p50 and p99 of the inbox write and of the attempt count.
 // Run: go test -run '^$' -bench Session2000Turns -benchtime 1x ./session/
 func BenchmarkPostgresSession2000Turns(b *testing.B) {
-	store := session.NewPostgresSessionStore(testenv.Postgres(b))
+	store := pgstore.NewSessionStore(testenv.Postgres(b))
 	ctx := context.Background()
 	const turns, edge = 2000, 100
 	question, answer := strings.Repeat("q", 1024), strings.Repeat("a", 1024)
@@ -36,7 +38,7 @@ func BenchmarkPostgresSession2000Turns(b *testing.B) {
 		ends, accepts, starts = make([]time.Duration, 0, turns), make([]time.Duration, 0, turns), make([]time.Duration, 0, turns)
 		seq := int64(0)
 		for turn := range turns {
-			in := session.Input{Type: "message", Data: data, IdempotencyKey: fmt.Sprint("k", turn)}
+			in := agent.Input{Type: "message", Data: data, IdempotencyKey: fmt.Sprint("k", turn)}
 			seq++
 			e := session.InboxEntry{Epoch: 1, Seq: seq, Input: in, BodyHash: session.InputHash(in)}
 			start := time.Now()
@@ -50,7 +52,7 @@ func BenchmarkPostgresSession2000Turns(b *testing.B) {
 			}
 			starts = append(starts, time.Since(start))
 			seq += 4 // turn_started, a delta, message, turn_completed
-			rec := session.TurnRecord{Input: e.Pos(), Seq: seq, Messages: []session.Message{{Role: "user", Content: question}, {Role: "assistant", Content: answer}}}
+			rec := session.TurnRecord{Input: e.Pos(), Seq: seq, Messages: []agent.Message{{Role: "user", Content: question}, {Role: "assistant", Content: answer}}}
 			start = time.Now()
 			if err := store.CompleteTurn(ctx, key, 1, rec); err != nil {
 				b.Fatal(err)

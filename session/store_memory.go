@@ -7,6 +7,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // MemorySessionStore is a SessionStore kept in process memory, for the
@@ -150,7 +152,7 @@ func (s *MemorySessionStore) CompleteTurn(ctx context.Context, key string, epoch
 }
 
 // StartTurn implements SessionStore.
-func (s *MemorySessionStore) StartTurn(ctx context.Context, key string, epoch int64, input Position, attempt int) error {
+func (s *MemorySessionStore) StartTurn(ctx context.Context, key string, epoch int64, input agent.Position, attempt int) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("session: start turn %q: %w", key, err)
 	}

@@ -9,8 +9,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 // An unreachable store must answer with an error that is none of the
@@ -41,9 +44,9 @@ func TestStoresUnreachableAreErrorsNotVerdicts(t *testing.T) {
 	proxied := redis.NewClient(&redis.Options{Addr: redisProxy.Addr(), DB: opts.DB, MaxRetries: -1})
 	t.Cleanup(func() { _ = proxied.Close() })
 
-	leases := session.NewPostgresLeaseStore(pool)
-	store := session.NewPostgresSessionStore(pool)
-	replay := session.NewRedisReplayLog(proxied, session.RedisReplayConfig{Prefix: prefix, TTL: time.Minute})
+	leases := pgstore.NewLeaseStore(pool)
+	store := pgstore.NewSessionStore(pool)
+	replay := redisstore.NewReplayLog(proxied, redisstore.ReplayConfig{Prefix: prefix, TTL: time.Minute})
 
 	l, err := leases.Claim(ctx, "k", "a/1", time.Minute)
 	if err != nil {
@@ -75,11 +78,11 @@ func TestStoresUnreachableAreErrorsNotVerdicts(t *testing.T) {
 		"release": leases.Release(cctx, "k", "a/1", l.Epoch),
 		"get":     func() error { _, _, err := leases.Get(cctx, "k"); return err }(),
 		"thaw":    func() error { _, err := store.Thaw(cctx, "k", 1, session.ThawQuery{}); return err }(),
-		"accept":  store.Accept(cctx, "k", 1, session.InboxEntry{Epoch: 1, Seq: 1, Input: session.Input{Type: "m", Data: []byte(`{}`)}}, time.Hour),
+		"accept":  store.Accept(cctx, "k", 1, session.InboxEntry{Epoch: 1, Seq: 1, Input: agent.Input{Type: "m", Data: []byte(`{}`)}}, time.Hour),
 		"turn":    store.CompleteTurn(cctx, "k", 1, session.TurnRecord{Seq: 1}),
 		"read":    func() error { _, _, err := store.Read(cctx, "k", session.HistoryQuery{Limit: 1}); return err }(),
 		"append":  replay.Append(cctx, redisEvent("s", 1, 2)),
-		"since":   func() error { _, _, err := replay.Since(cctx, "s", session.Position{}, 0); return err }(),
+		"since":   func() error { _, _, err := replay.Since(cctx, "s", agent.Position{}, 0); return err }(),
 	} {
 		if err == nil || isVerdict(err) {
 			t.Errorf("%s while the store is cut off = %v, want a plain error", name, err)

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/trace"
 )
 
 // assertContiguous fails unless the log's seqs run 1, 2, 3, … with no
 // hole and no repeat, across epochs too, and positions only grow.
-func assertContiguous(t *testing.T, evs []Event) {
+func assertContiguous(t *testing.T, evs []agent.Event) {
 	t.Helper()
 	assertIncreasing(t, evs)
 	for i, ev := range evs {
@@ -22,7 +23,7 @@ func assertContiguous(t *testing.T, evs []Event) {
 	}
 }
 
-func positions(evs []Event) []string {
+func positions(evs []agent.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Pos().String() + " " + ev.Type
@@ -43,12 +44,12 @@ func TestThawRelogsAcceptedUserEvent(t *testing.T) {
 		cfgA, _, _ := testConfig(st, "a/1", tr)
 		a := startManager(t, cfgA)
 		submit(t, a, "s1", "one two")
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeTurnCompleted), 1)
 		top := logEvents(t, st.log, "s1")
 		last := top[len(top)-1].Pos()
 
 		// a/1 writes the next input's inbox entry, then dies.
-		lost := Position{Epoch: last.Epoch, Seq: last.Seq + 1}
+		lost := agent.Position{Epoch: last.Epoch, Seq: last.Seq + 1}
 		in := textInput("three four", "k-lost")
 		if err := st.store.Accept(ctx, "s1", last.Epoch, InboxEntry{Epoch: lost.Epoch, Seq: lost.Seq, Input: in, BodyHash: InputHash(in)}, time.Hour); err != nil {
 			t.Fatal(err)
@@ -61,11 +62,11 @@ func TestThawRelogsAcceptedUserEvent(t *testing.T) {
 		if n, err := b.Recover(ctx, 10); err != nil || n != 1 {
 			t.Fatalf("recover = %d, %v; want 1", n, err)
 		}
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 1)
 		evs := logEvents(t, st.log, "s1")
 		assertContiguous(t, evs)
 		relogged := evs[len(top)]
-		if relogged.Pos() != lost || relogged.Type != TypeUserEvent {
+		if relogged.Pos() != lost || relogged.Type != agent.TypeUserEvent {
 			t.Fatalf("event after a/1's last = %v %s, want the user_event at %v; log: %v", relogged.Pos(), relogged.Type, lost, positions(evs))
 		}
 		var d struct {
@@ -76,7 +77,7 @@ func TestThawRelogsAcceptedUserEvent(t *testing.T) {
 			t.Fatalf("relogged user_event data = %s, want the accepted input", relogged.Data)
 		}
 		first := firstOfEpoch(evs, 2)
-		if first.Type != TypeTurnStarted || first.Prev == nil || *first.Prev != lost {
+		if first.Type != agent.TypeTurnStarted || first.Prev == nil || *first.Prev != lost {
 			t.Fatalf("epoch 2's first event = %s prev %v, want turn_started with prev %v", first.Type, first.Prev, lost)
 		}
 		if pub := recB.all(); len(pub) == 0 || pub[0].Pos() != lost {
@@ -107,7 +108,7 @@ func TestThawRelogsTurnEnd(t *testing.T) {
 		a := NewManager(cfgA)
 		defer a.Close()
 		at := trace.Kind("session.checkpoint.ok", "owner", "a/1")
-		tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted))
+		tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted))
 		submit(t, a, "s1", "one two three")
 		waitFor(t, tr, at, 1)
 		st.advance(t, cfgA.LeaseTTL+time.Second)
@@ -115,16 +116,16 @@ func TestThawRelogsTurnEnd(t *testing.T) {
 		cfgB, recB, _ := testConfig(st, "b/1", tr)
 		b := startManager(t, cfgB)
 		acc := submit(t, b, "s1", "four")
-		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted), 1)
+		waitFor(t, tr, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted), 1)
 		evs := logEvents(t, st.log, "s1")
 		assertContiguous(t, evs)
-		want := []string{TypeUserEvent, TypeTurnStarted, TypeDelta, TypeDelta, TypeDelta, TypeMessage, TypeTurnCompleted,
-			TypeUserEvent, TypeTurnStarted, TypeDelta, TypeMessage, TypeTurnCompleted}
+		want := []string{agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeDelta, agent.TypeDelta, agent.TypeMessage, agent.TypeTurnCompleted,
+			agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeDelta, agent.TypeMessage, agent.TypeTurnCompleted}
 		if got := types(evs); !reflect.DeepEqual(got, want) {
 			t.Fatalf("log = %v, want %v", positions(evs), want)
 		}
-		var m Message
-		if err := json.Unmarshal(evs[5].Data, &m); err != nil || evs[5].Epoch != 1 || m != (Message{Role: "assistant", Content: "one two three"}) {
+		var m agent.Message
+		if err := json.Unmarshal(evs[5].Data, &m); err != nil || evs[5].Epoch != 1 || m != (agent.Message{Role: "assistant", Content: "one two three"}) {
 			t.Fatalf("relogged message = %v %s, want the stored reply at epoch 1", evs[5].Pos(), evs[5].Data)
 		}
 		if acc.Epoch != 2 || evs[7].Prev == nil || *evs[7].Prev != evs[6].Pos() {
@@ -133,7 +134,7 @@ func TestThawRelogsTurnEnd(t *testing.T) {
 		if got := types(recA.all()); len(got) != 5 {
 			t.Fatalf("a published %v before it parked, want the 5 events up to the last delta", got)
 		}
-		if got := types(recB.all())[:2]; !reflect.DeepEqual(got, []string{TypeMessage, TypeTurnCompleted}) {
+		if got := types(recB.all())[:2]; !reflect.DeepEqual(got, []string{agent.TypeMessage, agent.TypeTurnCompleted}) {
 			t.Fatalf("b published first %v, want the relogged message and turn_completed", got)
 		}
 		waitFor(t, tr, trace.Kind("session.fenced", "owner", "a/1"), 1)
@@ -154,8 +155,8 @@ func TestThawContinuesSeqFromLogTop(t *testing.T) {
 	a := NewManager(cfgA)
 	defer a.Close()
 	// user_event 1, turn_started 2, deltas 3 and 4 logged; parked at 4.
-	at := trace.Kind("session.emit", "owner", "a/1", "type", TypeDelta, "seq", int64(4))
-	tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", TypeTurnCompleted))
+	at := trace.Kind("session.emit", "owner", "a/1", "type", agent.TypeDelta, "seq", int64(4))
+	tr.Park(at, trace.Kind("session.emit", "owner", "b/1", "type", agent.TypeTurnCompleted))
 	submit(t, a, "s1", "w1 w2 w3 w4")
 	waitFor(t, tr, at, 1)
 	st.advance(t, cfgA.LeaseTTL+time.Second)
@@ -168,7 +169,7 @@ func TestThawContinuesSeqFromLogTop(t *testing.T) {
 	}
 	waitFor(t, tr, trace.Kind("session.turn.start", "owner", "b/1"), 1)
 	first := recB.all()[0]
-	if first.Pos() != (Position{Epoch: 2, Seq: 5}) || first.Prev == nil || *first.Prev != (Position{Epoch: 1, Seq: 4}) {
+	if first.Pos() != (agent.Position{Epoch: 2, Seq: 5}) || first.Prev == nil || *first.Prev != (agent.Position{Epoch: 1, Seq: 4}) {
 		t.Fatalf("b's first event = %v %s prev %v, want 2-5 with prev 1-4", first.Pos(), first.Type, first.Prev)
 	}
 }

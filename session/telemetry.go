@@ -8,6 +8,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	oteltrace "go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/relaygw/relay/agent"
 )
 
 // Timing names a latency the Manager reports to Config.OnTiming.
@@ -100,7 +102,7 @@ func endSpan(span oteltrace.Span, err error) {
 
 func sessionAttr(id string) attribute.KeyValue { return attribute.String("relay.session", id) }
 
-func posAttrs(p Position) []attribute.KeyValue {
+func posAttrs(p agent.Position) []attribute.KeyValue {
 	return []attribute.KeyValue{attribute.Int64("relay.epoch", p.Epoch), attribute.Int64("relay.seq", p.Seq)}
 }
 

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 // serveRecording answers every turn with a recorded Vercel AI SDK UI
@@ -76,7 +76,7 @@ func TestAISDKStreamError(t *testing.T) {
 	}
 	failedWith(t, turn, "the agent reported an error: Rate limit exceeded for model")
 	post(t, m, "s1", "again")
-	if evs := st.rec.waitEvents(t, "s1", turnsEnded(2)); evs[len(evs)-1].Type != session.TypeTurnFailed || len(lastTurn(evs)) != 5 {
+	if evs := st.rec.waitEvents(t, "s1", turnsEnded(2)); evs[len(evs)-1].Type != agent.TypeTurnFailed || len(lastTurn(evs)) != 5 {
 		t.Fatalf("the next turn did not run the same way: %s", summary(lastTurn(evs)))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -62,8 +63,8 @@ func BenchmarkHTTPTurn(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				turn := session.Turn{Session: "bench", ID: session.Position{Epoch: 1, Seq: 1}, Attempt: 1,
-					Input: session.Input{Type: "user_message", Data: []byte(`{"text":"hello"}`)}}
+				turn := agent.Turn{Session: "bench", ID: agent.Position{Epoch: 1, Seq: 1}, Attempt: 1,
+					Input: agent.Input{Type: "user_message", Data: []byte(`{"text":"hello"}`)}}
 				emits := 0
 				emit := func(context.Context, string, any) error { emits++; return nil }
 				ctx := context.Background()
@@ -99,8 +100,8 @@ func BenchmarkHTTPTurnParallel(b *testing.B) {
 	b.SetParallelism(8)
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
-		turn := session.Turn{Session: "bench", ID: session.Position{Epoch: 1, Seq: 1}, Attempt: 1,
-			Input: session.Input{Type: "user_message", Data: []byte(`{"text":"hello"}`)}}
+		turn := agent.Turn{Session: "bench", ID: agent.Position{Epoch: 1, Seq: 1}, Attempt: 1,
+			Input: agent.Input{Type: "user_message", Data: []byte(`{"text":"hello"}`)}}
 		for pb.Next() {
 			if _, err := ag.Run(context.Background(), turn, emit); err != nil {
 				b.Error(err)
@@ -114,8 +115,8 @@ func BenchmarkHTTPTurnParallel(b *testing.B) {
 // turnEnds is a session Publisher that signals each turn's end.
 type turnEnds chan struct{}
 
-func (c turnEnds) Publish(_ context.Context, ev session.Event) error {
-	if ev.Type == session.TypeTurnCompleted || ev.Type == session.TypeTurnFailed {
+func (c turnEnds) Publish(_ context.Context, ev agent.Event) error {
+	if ev.Type == agent.TypeTurnCompleted || ev.Type == agent.TypeTurnFailed {
 		c <- struct{}{}
 	}
 	return nil
@@ -137,7 +138,7 @@ func BenchmarkSessionTurn(b *testing.B) {
 	words := bytes.Repeat([]byte("token42 "), 20)
 	for _, c := range []struct {
 		name string
-		ag   session.Agent
+		ag   agent.Agent
 	}{{"echo", session.EchoAgent{}}, {"http", hag}} {
 		ag := c.ag
 		b.Run(c.name, func(b *testing.B) {
@@ -154,7 +155,7 @@ func BenchmarkSessionTurn(b *testing.B) {
 			start := time.Now()
 			for b.Loop() {
 				i++
-				if _, err := m.Accept(ctx, fmt.Sprintf("s%d", i), session.Input{Type: "message", Data: data}); err != nil {
+				if _, err := m.Accept(ctx, fmt.Sprintf("s%d", i), agent.Input{Type: "message", Data: data}); err != nil {
 					b.Fatal(err)
 				}
 				<-ends

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -24,11 +25,11 @@ func waitClosed(t *testing.T, ch <-chan struct{}, what string) {
 }
 
 // hasType reports whether evs hold an event of typ.
-func hasType(typ string) func([]session.Event) bool {
-	return func(evs []session.Event) bool { return slices.Contains(types(evs), typ) }
+func hasType(typ string) func([]agent.Event) bool {
+	return func(evs []agent.Event) bool { return slices.Contains(types(evs), typ) }
 }
 
-// A stop cancels the turn's ctx with session.ErrTurnStopped: the HTTP
+// A stop cancels the turn's ctx with agent.ErrTurnStopped: the HTTP
 // agent closes the request (the server sees the disconnect), clients get
 // turn_stopped with the partial reply, and the next turn's request carries
 // the partial reply in its history marked stopped.
@@ -51,7 +52,7 @@ func testStopClosesRequest(t *testing.T, st *stores) {
 	})
 	m := st.manager(t, "n1", newAgent(t, srv.URL, nil))
 	acc := post(t, m, "s1", "long")
-	st.rec.waitEvents(t, "s1", hasType(session.TypeDelta))
+	st.rec.waitEvents(t, "s1", hasType(agent.TypeDelta))
 
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
@@ -60,13 +61,13 @@ func testStopClosesRequest(t *testing.T, st *stores) {
 		t.Fatalf("stop outcome %+v (control %+v), want stopped", out, out.Accepted.Control)
 	}
 	waitClosed(t, closed, "the agent's request was never closed after the stop")
-	evs := st.rec.waitEvents(t, "s1", hasType(session.TypeTurnStopped))
+	evs := st.rec.waitEvents(t, "s1", hasType(agent.TypeTurnStopped))
 	if got, want := types(evs), []string{"user_event", "turn_started", "delta", "turn_stopped"}; !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v%s", got, want, summary(evs))
 	}
 	var stopped struct {
-		Turn    session.Position `json:"turn"`
-		Partial string           `json:"partial"`
+		Turn    agent.Position `json:"turn"`
+		Partial string         `json:"partial"`
 	}
 	json.Unmarshal(evs[3].Data, &stopped)
 	if stopped.Turn != acc.Pos() || stopped.Partial != "partial " {
@@ -112,11 +113,11 @@ func testInterruptAndContinuation(t *testing.T, st *stores) {
 	})
 	m := st.manager(t, "n1", newAgent(t, srv.URL, nil))
 	acc := post(t, m, "s1", "book it")
-	evs := st.rec.waitEvents(t, "s1", hasType(session.TypeInterrupt))
+	evs := st.rec.waitEvents(t, "s1", hasType(agent.TypeInterrupt))
 	if got, want := types(evs), []string{"user_event", "turn_started", "delta", "interrupt"}; !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v%s", got, want, summary(evs))
 	}
-	var iv session.Interrupt
+	var iv agent.Interrupt
 	if err := json.Unmarshal(evs[3].Data, &iv); err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func testInterruptAndContinuation(t *testing.T, st *stores) {
 	// The answer starts the continuation.
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	answer := session.Input{Type: session.TypeResume, Data: json.RawMessage(`{"interrupt":"approve-1","value":"yes"}`)}
+	answer := agent.Input{Type: agent.TypeResume, Data: json.RawMessage(`{"interrupt":"approve-1","value":"yes"}`)}
 	if _, err := m.Accept(ctx, "s1", answer); err != nil {
 		t.Fatalf("answer: %v", err)
 	}
@@ -147,8 +148,8 @@ func testInterruptAndContinuation(t *testing.T, st *stores) {
 	if a := cont.Answer; a == nil || string(a.Value) != `"yes"` || !sameInfo(a.Interrupt, wantInfo) {
 		t.Fatalf("continuation answer %+v, want %+v with value \"yes\"", cont.Answer, wantInfo)
 	}
-	if cont.Input.Type != session.TypeResume || len(cont.History) != 2 || cont.History[0] != (HistoryMessage{Role: "user", Content: "book it"}) ||
-		cont.History[1].Role != session.RoleInterrupt || cont.History[1].Interrupt == nil || !sameInfo(*cont.History[1].Interrupt, wantInfo) {
+	if cont.Input.Type != agent.TypeResume || len(cont.History) != 2 || cont.History[0] != (HistoryMessage{Role: "user", Content: "book it"}) ||
+		cont.History[1].Role != agent.RoleInterrupt || cont.History[1].Interrupt == nil || !sameInfo(*cont.History[1].Interrupt, wantInfo) {
 		t.Fatalf("continuation input %+v history %+v", cont.Input, cont.History)
 	}
 
@@ -189,7 +190,7 @@ func TestInterruptEventRefused(t *testing.T) {
 			failedWith(t, evs, c.want, ErrProtocol.Error())
 			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 			defer cancel()
-			_, err := m.Accept(ctx, "s1", session.Input{Type: session.TypeResume, Data: json.RawMessage(`{"interrupt":"x","value":1}`)})
+			_, err := m.Accept(ctx, "s1", agent.Input{Type: agent.TypeResume, Data: json.RawMessage(`{"interrupt":"x","value":1}`)})
 			if !errors.Is(err, session.ErrInterruptNotFound) {
 				t.Fatalf("answer after a refused interrupt: %v, want ErrInterruptNotFound", err)
 			}
@@ -203,7 +204,7 @@ func TestInterruptEventRefused(t *testing.T) {
 // id, is a plain user message; stopped replies keep their mark.
 func TestHistoryMarksInterruptsAndAnswers(t *testing.T) {
 	iv := `{"id":"q1","kind":"approval","turn":{"epoch":2,"seq":5}}`
-	in := []session.Message{
+	in := []agent.Message{
 		{Role: "user", Content: `{"interrupt":"q1","value":1}`}, // before any interrupt
 		{Role: "assistant", Content: "par", Stopped: true},
 		{Role: "interrupt", Content: iv},

@@ -10,14 +10,14 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 // step is what one frame of the agent's stream asks of the turn.
 type step struct {
 	kind stepKind
 	// typ and data: the event to emit (stepEmit). data is a JSON object
-	// that passes the input contract (session.ValidateInput).
+	// that passes the input contract (agent.ValidateInput).
 	typ  string
 	data json.RawMessage
 	// text: a delta's text (stepEmit of a delta), the final message's
@@ -35,7 +35,7 @@ const (
 	stepDone                    // the stream's end: the reply is the concatenated deltas
 	// stepInterrupt: the agent ends the turn with a question; data is the
 	// interrupt {"id","kind","payload","expires_at"?} (checked by
-	// checkInterrupt), emitted as session.TypeInterrupt.
+	// checkInterrupt), emitted as agent.TypeInterrupt.
 	stepInterrupt
 )
 
@@ -60,9 +60,9 @@ const maxTypeLen = 64
 // layer's own names (phx_*, presence_*, replay_*).
 func reservedType(typ string) bool {
 	switch typ {
-	case session.TypeUserEvent, session.TypeTurnStarted, session.TypeTurnResumed,
-		session.TypeTurnCompleted, session.TypeTurnFailed, session.TypeTurnStopped,
-		session.TypeInterruptExpired:
+	case agent.TypeUserEvent, agent.TypeTurnStarted, agent.TypeTurnResumed,
+		agent.TypeTurnCompleted, agent.TypeTurnFailed, agent.TypeTurnStopped,
+		agent.TypeInterruptExpired:
 		return true
 	}
 	return strings.HasPrefix(typ, "phx_") || strings.HasPrefix(typ, "presence_") || strings.HasPrefix(typ, "replay_")
@@ -136,7 +136,7 @@ func (d *decoder) relayEvent(typ string, data json.RawMessage) (step, error) {
 		data = json.RawMessage(`{}`)
 	}
 	switch typ {
-	case "delta", "message", "error", "done", session.TypeInterrupt: // the protocol's own types
+	case "delta", "message", "error", "done", agent.TypeInterrupt: // the protocol's own types
 	default:
 		if err := checkType(typ); err != nil {
 			return step{}, err
@@ -153,7 +153,7 @@ func (d *decoder) relayEvent(typ string, data json.RawMessage) (step, error) {
 		if json.Unmarshal(data, &v) != nil || v.Text == nil {
 			return step{}, protoErr("a delta event needs data {\"text\": string}, got %q", excerpt(data))
 		}
-		return step{kind: stepEmit, typ: session.TypeDelta, data: data, text: *v.Text}, nil
+		return step{kind: stepEmit, typ: agent.TypeDelta, data: data, text: *v.Text}, nil
 	case "message":
 		var v struct {
 			Content *string `json:"content"`
@@ -166,12 +166,12 @@ func (d *decoder) relayEvent(typ string, data json.RawMessage) (step, error) {
 		return step{kind: stepError, text: errorText(data)}, nil
 	case "done":
 		return step{kind: stepDone}, nil
-	case session.TypeInterrupt:
+	case agent.TypeInterrupt:
 		iv, err := checkInterrupt(data)
 		if err != nil {
 			return step{}, err
 		}
-		return step{kind: stepInterrupt, typ: session.TypeInterrupt, data: iv}, nil
+		return step{kind: stepInterrupt, typ: agent.TypeInterrupt, data: iv}, nil
 	}
 	return step{kind: stepEmit, typ: typ, data: data}, nil
 }
@@ -199,14 +199,14 @@ func (d *decoder) aiSDKChunk(typ string, raw json.RawMessage) (step, error) {
 			return step{}, err
 		}
 		s := step{kind: stepEmit, typ: typ, data: data}
-		if typ == session.TypeDelta {
+		if typ == agent.TypeDelta {
 			s.text = c.Delta
 		}
 		return s, nil
 	}
 	switch typ {
 	case "text-delta":
-		return emit(session.TypeDelta, map[string]string{"text": c.Delta})
+		return emit(agent.TypeDelta, map[string]string{"text": c.Delta})
 	case "reasoning-delta":
 		return emit("reasoning", map[string]string{"text": c.Delta})
 	case "tool-input-start":
@@ -274,7 +274,7 @@ func checkInterrupt(data json.RawMessage) (json.RawMessage, error) {
 		return nil, protoErr("an interrupt event needs data {\"id\": string, \"kind\": string, \"payload\"?: any, \"expires_at\"?: RFC 3339 time}: %v", err)
 	}
 	switch {
-	case v.ID == nil || !session.ValidID(*v.ID):
+	case v.ID == nil || !agent.ValidID(*v.ID):
 		return nil, protoErr("an interrupt event's id must be 1-128 characters of [A-Za-z0-9_.:-], got %q", excerpt(data))
 	case v.Kind == nil || *v.Kind == "" || len(*v.Kind) > maxKindLen:
 		return nil, protoErr("an interrupt event's kind must be a string of 1-%d bytes, got %q", maxKindLen, excerpt(data))
@@ -313,7 +313,7 @@ func checkObject(typ string, data json.RawMessage) error {
 	if len(t) == 0 || t[0] != '{' || !json.Valid(t) {
 		return protoErr("the data of a %q event is not a JSON object: %q", typ, excerpt(data))
 	}
-	if err := session.ValidateInput(session.Input{Type: typ, Data: data}); err != nil {
+	if err := agent.ValidateInput(agent.Input{Type: typ, Data: data}); err != nil {
 		return protoErr("the data of a %q event cannot be stored: %v", typ, err)
 	}
 	return nil

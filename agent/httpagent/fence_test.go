@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -57,7 +58,7 @@ func testFenceClosesRequest(t *testing.T, st *stores) {
 	}
 	a := newManager("a")
 	post(t, a, "s1", "count")
-	st.rec.waitEvents(t, "s1", func(evs []session.Event) bool { return slices.Contains(types(evs), "delta") })
+	st.rec.waitEvents(t, "s1", func(evs []agent.Event) bool { return slices.Contains(types(evs), "delta") })
 
 	st.advance(session.DefaultConfig().LeaseTTL + time.Second) // A's lease lapses
 	b := newManager("b")

@@ -8,7 +8,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 const fuzzMaxEvent = 4096
@@ -20,30 +20,30 @@ func checkStep(t *testing.T, s step) {
 	t.Helper()
 	switch s.kind {
 	case stepEmit:
-		if s.typ != session.TypeDelta {
+		if s.typ != agent.TypeDelta {
 			if err := checkType(s.typ); err != nil {
 				t.Fatalf("emitted type %q: %v", s.typ, err)
 			}
 		}
-		if reservedType(s.typ) || s.typ == session.TypeMessage {
+		if reservedType(s.typ) || s.typ == agent.TypeMessage {
 			t.Fatalf("emitted reserved type %q", s.typ)
 		}
 		d := bytes.TrimSpace(s.data)
 		if len(d) == 0 || d[0] != '{' || !json.Valid(d) {
 			t.Fatalf("emitted data %q is not a JSON object", s.data)
 		}
-		if err := session.ValidateInput(session.Input{Type: s.typ, Data: s.data}); err != nil {
+		if err := agent.ValidateInput(agent.Input{Type: s.typ, Data: s.data}); err != nil {
 			t.Fatalf("emitted data %q cannot be stored: %v", s.data, err)
 		}
 		if _, err := json.Marshal(json.RawMessage(s.data)); err != nil {
 			t.Fatalf("emitted data %q cannot be marshalled: %v", s.data, err)
 		}
 	case stepInterrupt:
-		var iv session.Interrupt
-		if err := json.Unmarshal(s.data, &iv); err != nil || !session.ValidID(iv.ID) || iv.Kind == "" || len(iv.Kind) > maxKindLen {
+		var iv agent.Interrupt
+		if err := json.Unmarshal(s.data, &iv); err != nil || !agent.ValidID(iv.ID) || iv.Kind == "" || len(iv.Kind) > maxKindLen {
 			t.Fatalf("interrupt data %q is not an interrupt the session takes: %v", s.data, err)
 		}
-		if err := session.ValidateInput(session.Input{Type: s.typ, Data: s.data}); err != nil {
+		if err := agent.ValidateInput(agent.Input{Type: s.typ, Data: s.data}); err != nil {
 			t.Fatalf("interrupt data %q cannot be stored: %v", s.data, err)
 		}
 	case stepNone, stepMessage, stepError, stepDone:

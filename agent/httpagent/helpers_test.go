@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
+	"github.com/relaygw/relay/session/redisstore"
 )
 
 const testSecret = "test-secret"
@@ -27,13 +30,13 @@ const hangGuard = 60 * time.Second
 // order.
 type recorder struct {
 	mu  sync.Mutex
-	evs []session.Event
+	evs []agent.Event
 	ch  chan struct{}
 }
 
 func newRecorder() *recorder { return &recorder{ch: make(chan struct{}, 1)} }
 
-func (r *recorder) Publish(_ context.Context, ev session.Event) error {
+func (r *recorder) Publish(_ context.Context, ev agent.Event) error {
 	r.mu.Lock()
 	r.evs = append(r.evs, ev)
 	r.mu.Unlock()
@@ -46,13 +49,13 @@ func (r *recorder) Publish(_ context.Context, ev session.Event) error {
 
 // waitEvents waits until the events of session id satisfy done and returns
 // them.
-func (r *recorder) waitEvents(t *testing.T, id string, done func([]session.Event) bool) []session.Event {
+func (r *recorder) waitEvents(t *testing.T, id string, done func([]agent.Event) bool) []agent.Event {
 	t.Helper()
 	deadline := time.NewTimer(hangGuard)
 	defer deadline.Stop()
 	for {
 		r.mu.Lock()
-		var evs []session.Event
+		var evs []agent.Event
 		for _, ev := range r.evs {
 			if ev.Session == id {
 				evs = append(evs, ev)
@@ -72,11 +75,11 @@ func (r *recorder) waitEvents(t *testing.T, id string, done func([]session.Event
 
 // turnsEnded reports whether n turns have ended (turn_completed or
 // turn_failed).
-func turnsEnded(n int) func([]session.Event) bool {
-	return func(evs []session.Event) bool {
+func turnsEnded(n int) func([]agent.Event) bool {
+	return func(evs []agent.Event) bool {
 		c := 0
 		for _, ev := range evs {
-			if ev.Type == session.TypeTurnCompleted || ev.Type == session.TypeTurnFailed {
+			if ev.Type == agent.TypeTurnCompleted || ev.Type == agent.TypeTurnFailed {
 				c++
 			}
 		}
@@ -84,7 +87,7 @@ func turnsEnded(n int) func([]session.Event) bool {
 	}
 }
 
-func summary(evs []session.Event) string {
+func summary(evs []agent.Event) string {
 	var b strings.Builder
 	for _, ev := range evs {
 		fmt.Fprintf(&b, "\n  %v %s %s", ev.Pos(), ev.Type, ev.Data)
@@ -93,7 +96,7 @@ func summary(evs []session.Event) string {
 }
 
 // types lists the events' types.
-func types(evs []session.Event) []string {
+func types(evs []agent.Event) []string {
 	out := make([]string, len(evs))
 	for i, ev := range evs {
 		out[i] = ev.Type
@@ -102,9 +105,9 @@ func types(evs []session.Event) []string {
 }
 
 // lastTurn returns the events from the last turn_started/turn_resumed on.
-func lastTurn(evs []session.Event) []session.Event {
+func lastTurn(evs []agent.Event) []agent.Event {
 	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].Type == session.TypeTurnStarted || evs[i].Type == session.TypeTurnResumed {
+		if evs[i].Type == agent.TypeTurnStarted || evs[i].Type == agent.TypeTurnResumed {
 			return evs[i:]
 		}
 	}
@@ -129,9 +132,9 @@ func clusterStores(t *testing.T) *stores {
 	pool := testenv.Postgres(t)
 	client, prefix := testenv.Redis(t)
 	return &stores{
-		leases: session.NewPostgresLeaseStore(pool),
-		store:  session.NewPostgresSessionStore(pool),
-		log:    session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour}),
+		leases: pgstore.NewLeaseStore(pool),
+		store:  pgstore.NewSessionStore(pool),
+		log:    redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour}),
 		rec:    newRecorder(),
 		advance: func(d time.Duration) {
 			if _, err := pool.Exec(context.Background(), "UPDATE agent_leases SET expires_at = expires_at - $1::interval", d); err != nil {
@@ -167,7 +170,7 @@ func newStores() *stores {
 
 // manager starts a session Manager named owner running ag on st, the way
 // the gateway wires an agent (session.StorableOutput).
-func (st *stores) manager(t *testing.T, owner string, ag session.Agent) *session.Manager {
+func (st *stores) manager(t *testing.T, owner string, ag agent.Agent) *session.Manager {
 	t.Helper()
 	m := session.NewManager(session.Config{
 		Owner: owner, Agent: session.StorableOutput(ag),
@@ -183,7 +186,7 @@ func post(t *testing.T, m *session.Manager, id, text string) session.Accepted {
 	data, _ := json.Marshal(map[string]string{"text": text})
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
-	acc, err := m.Accept(ctx, id, session.Input{Type: "user_message", Data: data})
+	acc, err := m.Accept(ctx, id, agent.Input{Type: "user_message", Data: data})
 	if err != nil {
 		t.Fatalf("accept %q: %v", text, err)
 	}
@@ -278,10 +281,10 @@ func okStream(w http.ResponseWriter, _ *http.Request, _ Request) {
 
 // failedWith asserts that the last turn of evs failed with an error
 // containing each of parts, and returns the error text.
-func failedWith(t *testing.T, evs []session.Event, parts ...string) string {
+func failedWith(t *testing.T, evs []agent.Event, parts ...string) string {
 	t.Helper()
 	last := evs[len(evs)-1]
-	if last.Type != session.TypeTurnFailed {
+	if last.Type != agent.TypeTurnFailed {
 		t.Fatalf("last event is %s, want turn_failed: %s", last.Type, summary(evs))
 	}
 	var d struct {
@@ -300,13 +303,13 @@ func failedWith(t *testing.T, evs []session.Event, parts ...string) string {
 
 // completedWith asserts that the last turn of evs completed with the
 // final message content.
-func completedWith(t *testing.T, evs []session.Event, content string) {
+func completedWith(t *testing.T, evs []agent.Event, content string) {
 	t.Helper()
 	n := len(evs)
-	if n < 2 || evs[n-1].Type != session.TypeTurnCompleted || evs[n-2].Type != session.TypeMessage {
+	if n < 2 || evs[n-1].Type != agent.TypeTurnCompleted || evs[n-2].Type != agent.TypeMessage {
 		t.Fatalf("the turn did not complete: %s", summary(evs))
 	}
-	var m session.Message
+	var m agent.Message
 	if err := json.Unmarshal(evs[n-2].Data, &m); err != nil {
 		t.Fatal(err)
 	}

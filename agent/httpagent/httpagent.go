@@ -22,7 +22,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 	"go.opentelemetry.io/otel/propagation"
 	"go.uber.org/zap"
 )
@@ -82,15 +82,15 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-// Agent is a session.Agent (and session.Resumer) backed by an HTTP agent.
+// Agent is an agent.Agent (and agent.Resumer) backed by an HTTP agent.
 // It is safe for concurrent use by many sessions.
 type Agent struct {
 	cfg Config
 }
 
 var (
-	_ session.Agent   = (*Agent)(nil)
-	_ session.Resumer = (*Agent)(nil)
+	_ agent.Agent   = (*Agent)(nil)
+	_ agent.Resumer = (*Agent)(nil)
 )
 
 // New checks cfg and returns the agent. It errors when URL is not an
@@ -132,7 +132,7 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{cfg: cfg}, nil
 }
 
-// Resumable implements session.Resumer: a turn an earlier owner left
+// Resumable implements agent.Resumer: a turn an earlier owner left
 // unfinished is sent again with its resume information, and the agent
 // continues after the partial text (docs/AGENT_PROTOCOL.md "Resumed turns").
 func (a *Agent) Resumable() bool { return true }
@@ -143,7 +143,7 @@ type Request struct {
 	Session string           `json:"session"`
 	Turn    string           `json:"turn"` // "<epoch>-<seq>" of the input
 	Attempt int              `json:"attempt"`
-	Input   session.Input    `json:"input"`
+	Input   agent.Input      `json:"input"`
 	History []HistoryMessage `json:"history"`
 	Resume  *Resume          `json:"resume,omitempty"`
 	// Answer is set when the turn is a continuation: its input answers the
@@ -204,7 +204,7 @@ type Resume struct {
 	// Text is the partial output so far (the deltas' text, concatenated).
 	Text string `json:"text"`
 	// Events are the turn's journaled events, oldest first.
-	Events []session.Event `json:"events"`
+	Events []agent.Event `json:"events"`
 }
 
 // Sign returns the Relay-Signature value for a request signed at ts (Unix
@@ -245,24 +245,24 @@ func (e errTurnTimeout) Error() string {
 	return fmt.Sprintf("httpagent: the agent did not finish the turn within AGENT_TURN_TIMEOUT (%v)", e.d)
 }
 
-// Run implements session.Agent: it POSTs the turn and streams the answer.
+// Run implements agent.Agent: it POSTs the turn and streams the answer.
 // Before the first event a failed try (connection error, 5xx, 408, 429, a
 // stream broken before any event) is retried with backoff within
 // RetryBudget; after it, a broken stream ends the run with an error (the
 // turn fails; a later owner resumes it with the partial output).
 //
 // Cancelling ctx closes the request at once (the agent sees its client
-// disconnect) and Run returns context.Cause(ctx): session.ErrTurnStopped
+// disconnect) and Run returns context.Cause(ctx): agent.ErrTurnStopped
 // for a stop, the fence or shutdown cause otherwise. An interrupt event
-// is emitted as session.TypeInterrupt and ends the run (nil error, the
+// is emitted as agent.TypeInterrupt and ends the run (nil error, the
 // reply so far as the message; the session records the interrupt), and
 // the response is closed unread past it.
-func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+func (a *Agent) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, a.cfg.TurnTimeout, errTurnTimeout{a.cfg.TurnTimeout})
 	defer cancel()
 	body, err := json.Marshal(a.request(turn))
 	if err != nil {
-		return session.Message{}, fmt.Errorf("httpagent: encode request: %w", err)
+		return agent.Message{}, fmt.Errorf("httpagent: encode request: %w", err)
 	}
 	key := turn.Session + ":" + turn.ID.String()
 	deadline := time.Now().Add(a.cfg.RetryBudget)
@@ -277,17 +277,17 @@ func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (
 			if errors.As(err, new(errTurnTimeout)) {
 				a.fail(turn, try, err)
 			}
-			return session.Message{}, err
+			return agent.Message{}, err
 		}
 		var re retryable
 		if started || !errors.As(err, &re) {
 			a.fail(turn, try, err)
-			return session.Message{}, err
+			return agent.Message{}, err
 		}
 		if time.Now().Add(wait).After(deadline) {
 			err = fmt.Errorf("httpagent: gave up after %d tries within AGENT_RETRY_BUDGET (%v): %w", try, a.cfg.RetryBudget, err)
 			a.fail(turn, try, err)
-			return session.Message{}, err
+			return agent.Message{}, err
 		}
 		a.cfg.Logger.Warn("agent try failed before its first event; retrying",
 			zap.String("session", turn.Session), zap.Stringer("turn", turn.ID), zap.Int("try", try),
@@ -296,7 +296,7 @@ func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return session.Message{}, context.Cause(ctx)
+			return agent.Message{}, context.Cause(ctx)
 		case <-t.C:
 		}
 		wait = min(2*wait, retryMax)
@@ -304,12 +304,12 @@ func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (
 }
 
 // fail logs a turn run that ends in an error of the agent (not a cancel).
-func (a *Agent) fail(turn session.Turn, try int, err error) {
+func (a *Agent) fail(turn agent.Turn, try int, err error) {
 	a.cfg.Logger.Warn("agent turn failed", zap.String("session", turn.Session), zap.Stringer("turn", turn.ID),
 		zap.Int("attempt", turn.Attempt), zap.Int("try", try), zap.Error(err))
 }
 
-func (a *Agent) request(turn session.Turn) Request {
+func (a *Agent) request(turn agent.Turn) Request {
 	req := Request{Session: turn.Session, Turn: turn.ID.String(), Attempt: max(turn.Attempt, 1), Input: turn.Input, History: history(turn.History)}
 	if len(req.Input.Data) == 0 {
 		req.Input.Data = json.RawMessage(`{}`)
@@ -317,7 +317,7 @@ func (a *Agent) request(turn session.Turn) Request {
 	if r := turn.Resume; r != nil {
 		req.Resume = &Resume{From: r.From.String(), Text: r.Text, Events: r.Events}
 		if req.Resume.Events == nil {
-			req.Resume.Events = []session.Event{}
+			req.Resume.Events = []agent.Event{}
 		}
 	}
 	if a := turn.Answer; a != nil {
@@ -326,7 +326,7 @@ func (a *Agent) request(turn session.Turn) Request {
 	return req
 }
 
-func interruptInfo(iv session.Interrupt) InterruptInfo {
+func interruptInfo(iv agent.Interrupt) InterruptInfo {
 	return InterruptInfo{ID: iv.ID, Kind: iv.Kind, Payload: orNull(iv.Payload), ExpiresAt: iv.ExpiresAt, Turn: iv.Turn.String()}
 }
 
@@ -334,14 +334,14 @@ func interruptInfo(iv session.Interrupt) InterruptInfo {
 // its parsed interrupt, and the first later user message that answers it
 // (its content a resume input's data {"interrupt":id,"value"}) gets the
 // answer. Never nil.
-func history(h []session.Message) []HistoryMessage {
+func history(h []agent.Message) []HistoryMessage {
 	out := make([]HistoryMessage, len(h))
 	var last *InterruptInfo // the newest interrupt not yet answered
 	for i, m := range h {
 		out[i] = HistoryMessage{Role: m.Role, Content: m.Content, Stopped: m.Stopped}
 		switch m.Role {
-		case session.RoleInterrupt:
-			var iv session.Interrupt
+		case agent.RoleInterrupt:
+			var iv agent.Interrupt
 			if json.Unmarshal([]byte(m.Content), &iv) == nil {
 				info := interruptInfo(iv)
 				out[i].Interrupt, last = &info, &info
@@ -369,7 +369,7 @@ func (r retryable) Unwrap() error { return r.err }
 
 // try POSTs once and streams the answer. started reports whether any event
 // was emitted.
-func (a *Agent) try(ctx context.Context, key string, body []byte, turn session.Turn, emit session.Emit) (msg session.Message, started bool, err error) {
+func (a *Agent) try(ctx context.Context, key string, body []byte, turn agent.Turn, emit agent.Emit) (msg agent.Message, started bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.URL, bytes.NewReader(body))
 	if err != nil {
 		return msg, false, fmt.Errorf("httpagent: %w", err)
@@ -415,7 +415,7 @@ func (a *Agent) try(ctx context.Context, key string, body []byte, turn session.T
 }
 
 // stream reads the answer's frames until the end of the turn.
-func (a *Agent) stream(ctx context.Context, fr frameReader, dec *decoder, turn session.Turn, emit session.Emit) (session.Message, bool, error) {
+func (a *Agent) stream(ctx context.Context, fr frameReader, dec *decoder, turn agent.Turn, emit agent.Emit) (agent.Message, bool, error) {
 	var reply strings.Builder
 	if turn.Resume != nil {
 		reply.WriteString(turn.Resume.Text)
@@ -426,55 +426,55 @@ func (a *Agent) stream(ctx context.Context, fr frameReader, dec *decoder, turn s
 		f, err := fr.next()
 		if err != nil {
 			if ctx.Err() != nil {
-				return session.Message{}, started, context.Cause(ctx)
+				return agent.Message{}, started, context.Cause(ctx)
 			}
 			switch {
 			case errors.Is(err, errFrameTooLarge):
-				return session.Message{}, started, fmt.Errorf("%w (AGENT_MAX_EVENT_BYTES %d): %w", err, a.cfg.MaxEventBytes, ErrProtocol)
+				return agent.Message{}, started, fmt.Errorf("%w (AGENT_MAX_EVENT_BYTES %d): %w", err, a.cfg.MaxEventBytes, ErrProtocol)
 			case err == io.EOF:
 				err = fmt.Errorf("httpagent: the agent's stream ended without a message or done event")
 			default:
 				err = fmt.Errorf("httpagent: the agent's stream broke: %w", err)
 			}
 			if !started {
-				return session.Message{}, false, retryable{err}
+				return agent.Message{}, false, retryable{err}
 			}
-			return session.Message{}, true, err
+			return agent.Message{}, true, err
 		}
 		s, err := dec.decode(f)
 		if err != nil {
-			return session.Message{}, started, err
+			return agent.Message{}, started, err
 		}
 		size += len(s.data) + len(s.text)
 		if size > a.cfg.MaxReplyBytes {
-			return session.Message{}, started, fmt.Errorf("httpagent: the agent's reply exceeds AGENT_MAX_REPLY_BYTES (%d): %w", a.cfg.MaxReplyBytes, ErrProtocol)
+			return agent.Message{}, started, fmt.Errorf("httpagent: the agent's reply exceeds AGENT_MAX_REPLY_BYTES (%d): %w", a.cfg.MaxReplyBytes, ErrProtocol)
 		}
 		switch s.kind {
 		case stepEmit:
 			started = true
 			if err := emit(ctx, s.typ, s.data); err != nil {
 				if ctx.Err() != nil {
-					return session.Message{}, true, context.Cause(ctx)
+					return agent.Message{}, true, context.Cause(ctx)
 				}
-				return session.Message{}, true, fmt.Errorf("httpagent: emit %q: %w", s.typ, err)
+				return agent.Message{}, true, fmt.Errorf("httpagent: emit %q: %w", s.typ, err)
 			}
 			reply.WriteString(s.text)
 		case stepMessage:
-			return session.Message{Role: "assistant", Content: s.text}, true, nil
+			return agent.Message{Role: "assistant", Content: s.text}, true, nil
 		case stepDone:
-			return session.Message{Role: "assistant", Content: reply.String()}, true, nil
+			return agent.Message{Role: "assistant", Content: reply.String()}, true, nil
 		case stepInterrupt:
 			// The turn ends with the question; the response is closed
 			// unread past it.
 			if err := emit(ctx, s.typ, s.data); err != nil {
 				if ctx.Err() != nil {
-					return session.Message{}, true, context.Cause(ctx)
+					return agent.Message{}, true, context.Cause(ctx)
 				}
-				return session.Message{}, true, fmt.Errorf("httpagent: emit %q: %w", s.typ, err)
+				return agent.Message{}, true, fmt.Errorf("httpagent: emit %q: %w", s.typ, err)
 			}
-			return session.Message{Role: "assistant", Content: reply.String()}, true, nil
+			return agent.Message{Role: "assistant", Content: reply.String()}, true, nil
 		case stepError:
-			return session.Message{}, true, fmt.Errorf("httpagent: the agent reported an error: %s", s.text)
+			return agent.Message{}, true, fmt.Errorf("httpagent: the agent reported an error: %s", s.text)
 		}
 	}
 }

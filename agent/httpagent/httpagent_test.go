@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 // A turn streams the agent's deltas and its own event types to the
@@ -86,7 +86,7 @@ type failureCase struct {
 	edit func(*Config)
 	fail func(w http.ResponseWriter, r *http.Request)
 	// check asserts the failed turn's events.
-	check func(t *testing.T, turn []session.Event)
+	check func(t *testing.T, turn []agent.Event)
 }
 
 func runFailure(t *testing.T, c failureCase) {
@@ -112,8 +112,8 @@ func runFailure(t *testing.T, c failureCase) {
 // a clear error, docs/AGENT_PROTOCOL.md "Failures") and the session keeps
 // working: the next turn runs.
 func TestAgentFailures(t *testing.T) {
-	onlyFailed := func(parts ...string) func(t *testing.T, turn []session.Event) {
-		return func(t *testing.T, turn []session.Event) {
+	onlyFailed := func(parts ...string) func(t *testing.T, turn []agent.Event) {
+		return func(t *testing.T, turn []agent.Event) {
 			t.Helper()
 			if want := []string{"turn_started", "turn_failed"}; !slices.Equal(types(turn), want) {
 				t.Fatalf("events %v, want %v", types(turn), want)
@@ -144,7 +144,7 @@ func TestAgentFailures(t *testing.T) {
 					conn.Close() // the chunked body ends without its last chunk
 				}
 			},
-			check: func(t *testing.T, turn []session.Event) {
+			check: func(t *testing.T, turn []agent.Event) {
 				if want := []string{"turn_started", "delta", "turn_failed"}; !slices.Equal(types(turn), want) {
 					t.Fatalf("events %v, want %v", types(turn), want)
 				}
@@ -156,7 +156,7 @@ func TestAgentFailures(t *testing.T) {
 			fail: func(w http.ResponseWriter, _ *http.Request) {
 				sse(w, `{"type":"delta","data":{"text":"partial "}}`)
 			},
-			check: func(t *testing.T, turn []session.Event) {
+			check: func(t *testing.T, turn []agent.Event) {
 				failedWith(t, turn, "ended without a message or done event")
 			},
 		},
@@ -183,7 +183,7 @@ func TestAgentFailures(t *testing.T) {
 				ev := `{"type":"delta","data":{"text":"` + strings.Repeat("y", 1000) + `"}}`
 				sse(w, ev, ev, ev, ev, ev, `{"type":"done"}`)
 			},
-			check: func(t *testing.T, turn []session.Event) {
+			check: func(t *testing.T, turn []agent.Event) {
 				failedWith(t, turn, "AGENT_MAX_REPLY_BYTES (4096)")
 				if n := len(turn); n > 2+4 {
 					t.Fatalf("%d events: more deltas than fit the reply bound", n)
@@ -209,7 +209,7 @@ func TestAgentFailures(t *testing.T) {
 			fail: func(w http.ResponseWriter, _ *http.Request) {
 				sse(w, `{"type":"delta","data":{"text":"a"}}`, `{"type":"error","data":{"message":"rate limited"}}`)
 			},
-			check: func(t *testing.T, turn []session.Event) {
+			check: func(t *testing.T, turn []agent.Event) {
 				failedWith(t, turn, "the agent reported an error: rate limited")
 			},
 		},
@@ -225,7 +225,7 @@ func TestAgentFailures(t *testing.T) {
 			fail: func(w http.ResponseWriter, _ *http.Request) {
 				ndjson(w, `{"type":"delta","data":{"text":"a"}}`, `not json`)
 			},
-			check: func(t *testing.T, turn []session.Event) {
+			check: func(t *testing.T, turn []agent.Event) {
 				failedWith(t, turn, "not valid JSON", "not json")
 			},
 		},
@@ -258,7 +258,7 @@ func TestAgentFailures(t *testing.T) {
 				sse(w, `{"type":"delta","data":{"text":"thinking"}}`)
 				<-r.Context().Done() // hangs until Relay closes the request
 			},
-			check: func(t *testing.T, turn []session.Event) {
+			check: func(t *testing.T, turn []agent.Event) {
 				failedWith(t, turn, "AGENT_TURN_TIMEOUT (300ms)")
 			},
 		},
@@ -354,7 +354,7 @@ func testDrainClosesRequestAndNextOwnerResumes(t *testing.T, st *stores) {
 	})
 	a := st.manager(t, "a", newAgent(t, srv.URL, nil))
 	acc := post(t, a, "s1", "count")
-	st.rec.waitEvents(t, "s1", func(evs []session.Event) bool { return slices.Contains(types(evs), "delta") })
+	st.rec.waitEvents(t, "s1", func(evs []agent.Event) bool { return slices.Contains(types(evs), "delta") })
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the drain window is over at once: the running turn is handed over
 	if err := a.Drain(ctx); err != nil {
@@ -405,7 +405,7 @@ func TestCancelClosesRequest(t *testing.T) {
 	fenced := fmt.Errorf("fenced by epoch 2")
 	done := make(chan error, 1)
 	go func() {
-		_, err := ag.Run(ctx, session.Turn{Session: "s1", ID: session.Position{Epoch: 1, Seq: 1}, Attempt: 1}, func(context.Context, string, any) error {
+		_, err := ag.Run(ctx, agent.Turn{Session: "s1", ID: agent.Position{Epoch: 1, Seq: 1}, Attempt: 1}, func(context.Context, string, any) error {
 			cancel(fenced)
 			return nil
 		})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -58,20 +59,20 @@ func instantServer(b *testing.B, body []byte) *httptest.Server {
 // baseline the backend's overhead is measured against.
 type directAgent struct{ n int }
 
-func (d directAgent) Run(ctx context.Context, _ session.Turn, emit session.Emit) (session.Message, error) {
+func (d directAgent) Run(ctx context.Context, _ agent.Turn, emit agent.Emit) (agent.Message, error) {
 	for i := range d.n {
-		if err := emit(ctx, session.TypeDelta, textData{Text: fmt.Sprintf(" w%d", i)}); err != nil {
-			return session.Message{}, err
+		if err := emit(ctx, agent.TypeDelta, textData{Text: fmt.Sprintf(" w%d", i)}); err != nil {
+			return agent.Message{}, err
 		}
 	}
-	return session.Message{Role: "assistant", Content: "x"}, nil
+	return agent.Message{Role: "assistant", Content: "x"}, nil
 }
 
 // endPublisher signals each turn's end.
 type endPublisher struct{ done chan struct{} }
 
-func (p endPublisher) Publish(_ context.Context, e session.Event) error {
-	if e.Type == session.TypeTurnCompleted || e.Type == session.TypeTurnFailed {
+func (p endPublisher) Publish(_ context.Context, e agent.Event) error {
+	if e.Type == agent.TypeTurnCompleted || e.Type == agent.TypeTurnFailed {
 		p.done <- struct{}{}
 	}
 	return nil
@@ -118,7 +119,7 @@ func BenchmarkOpenAIStream(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		turn := session.Turn{Input: textInput("hi")}
+		turn := agent.Turn{Input: textInput("hi")}
 		start, cpu0, n := time.Now(), cpuTime(), 0
 		for b.Loop() {
 			if _, err := a.Run(context.Background(), turn, noop); err != nil {
@@ -128,7 +129,7 @@ func BenchmarkOpenAIStream(b *testing.B) {
 		}
 		perDelta(b, start, cpu0, n)
 	})
-	runTurns := func(b *testing.B, ag session.Agent) {
+	runTurns := func(b *testing.B, ag agent.Agent) {
 		pub := endPublisher{done: make(chan struct{}, 1)}
 		m := session.NewManager(session.Config{Owner: "bench/1", Agent: session.StorableOutput(ag),
 			Leases: session.NewMemoryLeaseStore(), Store: session.NewMemorySessionStore(),

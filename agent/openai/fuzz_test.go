@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -22,23 +23,23 @@ type bodyAgent struct {
 	whole bool
 }
 
-func (b bodyAgent) Run(ctx context.Context, _ session.Turn, emit session.Emit) (session.Message, error) {
+func (b bodyAgent) Run(ctx context.Context, _ agent.Turn, emit agent.Emit) (agent.Message, error) {
 	st := newStream(1 << 20)
 	read := func() error { return st.read(ctx, bytes.NewReader(b.body), 4096, emit) }
 	if b.whole {
 		read = func() error { return st.whole(ctx, b.body, emit) }
 	}
 	if err := read(); err != nil {
-		return session.Message{}, err
+		return agent.Message{}, err
 	}
-	return session.Message{Role: "assistant", Content: st.text.String()}, nil
+	return agent.Message{Role: "assistant", Content: st.text.String()}, nil
 }
 
 // FuzzStream feeds arbitrary bytes to the SSE reader and chunk decoder,
 // and to the decoder of a whole application/json completion.
 // Whatever they accept must be emit-able: every event passes the session's
 // storable-output check (session.StorableOutput) and the input contract
-// (session.ValidateInput), with a data object, a non-reserved type; a
+// (agent.ValidateInput), with a data object, a non-reserved type; a
 // failure is a *streamError, never an emit refusal or a panic; and a
 // whole reply's message is valid UTF-8 equal to its deltas' texts joined.
 func FuzzStream(f *testing.F) {
@@ -67,22 +68,22 @@ func FuzzStream(f *testing.F) {
 
 // checkEmitable runs ag as a session would and checks what it emits and
 // returns (FuzzStream).
-func checkEmitable(t *testing.T, ag session.Agent) {
+func checkEmitable(t *testing.T, ag agent.Agent) {
 	var texts strings.Builder
-	msg, err := session.StorableOutput(ag).Run(context.Background(), session.Turn{}, func(_ context.Context, typ string, data any) error {
+	msg, err := session.StorableOutput(ag).Run(context.Background(), agent.Turn{}, func(_ context.Context, typ string, data any) error {
 		raw, ok := data.(json.RawMessage)
 		if !ok {
 			t.Fatalf("emit %s: data %T is not the checked raw JSON StorableOutput hands on", typ, data)
 		}
 		switch typ {
-		case session.TypeDelta, TypeReasoning, TypeToolCall:
+		case agent.TypeDelta, TypeReasoning, TypeToolCall:
 		default:
 			t.Fatalf("emitted type %q", typ)
 		}
-		if err := session.ValidateInput(session.Input{Type: typ, Data: raw}); err != nil || raw[0] != '{' {
+		if err := agent.ValidateInput(agent.Input{Type: typ, Data: raw}); err != nil || raw[0] != '{' {
 			t.Fatalf("emitted %s %s breaks the input contract: %v", typ, raw, err)
 		}
-		if typ == session.TypeDelta {
+		if typ == agent.TypeDelta {
 			var d textData
 			if err := json.Unmarshal(raw, &d); err != nil {
 				t.Fatal(err)

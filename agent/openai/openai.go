@@ -1,4 +1,4 @@
-// Package openai is a session.Agent backed by an OpenAI-compatible chat
+// Package openai is an agent.Agent backed by an OpenAI-compatible chat
 // completions endpoint: OpenAI and other hosted providers, vLLM, Ollama,
 // llama.cpp's server, LM Studio. For each turn it POSTs
 // {base}/chat/completions with "stream": true and the messages built from
@@ -31,7 +31,7 @@
 // and Config.MaxAttempts; once anything was emitted nothing is retried.
 // Cancelling the turn's context closes the request.
 //
-// The agent does not implement session.Resumer: a turn left unfinished by
+// The agent does not implement agent.Resumer: a turn left unfinished by
 // a dead or drained owner restarts on the next owner (a new turn_started
 // with the attempt number), and the model is asked again from the same
 // messages. The chat completions API has no portable way to continue a
@@ -56,7 +56,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 // Config configures an Agent. BaseURL and Model are required; zero values
@@ -102,7 +102,7 @@ type Agent struct {
 	url string
 }
 
-var _ session.Agent = (*Agent)(nil)
+var _ agent.Agent = (*Agent)(nil)
 
 // New checks cfg and returns its Agent. The error names the missing or
 // invalid field: an empty Model, or a BaseURL that is not an absolute
@@ -169,7 +169,7 @@ type chatRequest struct {
 // many models' chat templates refuse roles that do not alternate. Roles the
 // chat API does not know are mapped (chatRole): an interrupt the turn
 // ended with becomes the assistant's question.
-func (a *Agent) Messages(turn session.Turn) []ChatMessage {
+func (a *Agent) Messages(turn agent.Turn) []ChatMessage {
 	msgs := make([]ChatMessage, 0, len(turn.History)+2)
 	if a.cfg.SystemPrompt != "" {
 		msgs = append(msgs, ChatMessage{Role: "system", Content: a.cfg.SystemPrompt})
@@ -184,20 +184,20 @@ func (a *Agent) Messages(turn session.Turn) []ChatMessage {
 	for _, m := range turn.History {
 		add(chatRole(m))
 	}
-	add("user", session.InputText(turn.Input))
+	add("user", agent.InputText(turn.Input))
 	return msgs
 }
 
 // chatRole maps a history message to a chat role and content. system,
-// user and assistant pass as they are. An interrupt (session.RoleInterrupt,
-// content the session.Interrupt as JSON) was the assistant's question:
+// user and assistant pass as they are. An interrupt (agent.RoleInterrupt,
+// content the agent.Interrupt as JSON) was the assistant's question:
 // "[interrupt <kind>] <payload JSON>". Any other role is the user's.
-func chatRole(m session.Message) (role, content string) {
+func chatRole(m agent.Message) (role, content string) {
 	switch m.Role {
 	case "system", "user", "assistant":
 		return m.Role, m.Content
-	case session.RoleInterrupt:
-		var in session.Interrupt
+	case agent.RoleInterrupt:
+		var in agent.Interrupt
 		if err := json.Unmarshal([]byte(m.Content), &in); err != nil || in.Kind == "" {
 			return "assistant", m.Content
 		}
@@ -210,13 +210,13 @@ func chatRole(m session.Message) (role, content string) {
 	}
 }
 
-// Run implements session.Agent: one streamed chat completion, retried
+// Run implements agent.Agent: one streamed chat completion, retried
 // before any output as the package documentation says. The message is
 // {"assistant", the concatenated content}.
-func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (session.Message, error) {
+func (a *Agent) Run(ctx context.Context, turn agent.Turn, emit agent.Emit) (agent.Message, error) {
 	body, err := json.Marshal(chatRequest{Model: a.cfg.Model, Messages: a.Messages(turn), Stream: true})
 	if err != nil {
-		return session.Message{}, fmt.Errorf("openai: encode request: %w", err)
+		return agent.Message{}, fmt.Errorf("openai: encode request: %w", err)
 	}
 	start := time.Now()
 	wait := a.cfg.RetryFirst
@@ -224,33 +224,33 @@ func (a *Agent) Run(ctx context.Context, turn session.Turn, emit session.Emit) (
 		st := newStream(a.cfg.MaxReplyBytes)
 		err := a.attempt(ctx, body, st, emit)
 		if err == nil {
-			return session.Message{Role: "assistant", Content: st.text.String()}, nil
+			return agent.Message{Role: "assistant", Content: st.text.String()}, nil
 		}
 		if ctx.Err() != nil {
-			return session.Message{}, fmt.Errorf("openai: turn stopped: %w", context.Cause(ctx))
+			return agent.Message{}, fmt.Errorf("openai: turn stopped: %w", context.Cause(ctx))
 		}
 		var ae *attemptError
 		if !errors.As(err, &ae) {
-			return session.Message{}, err // emit's error: the turn is stopping
+			return agent.Message{}, err // emit's error: the turn is stopping
 		}
 		if !ae.retryable || st.emitted {
-			return session.Message{}, ae.final(a.url, attempt, "")
+			return agent.Message{}, ae.final(a.url, attempt, "")
 		}
 		if attempt >= a.cfg.MaxAttempts {
-			return session.Message{}, ae.final(a.url, attempt, fmt.Sprintf("gave up after %d attempts", attempt))
+			return agent.Message{}, ae.final(a.url, attempt, fmt.Sprintf("gave up after %d attempts", attempt))
 		}
 		d := wait
 		if ae.retryAfter > 0 {
 			d = ae.retryAfter
 		}
 		if time.Since(start)+d > a.cfg.RetryBudget {
-			return session.Message{}, ae.final(a.url, attempt, fmt.Sprintf("gave up: the next try in %v would pass the %v retry budget", d, a.cfg.RetryBudget))
+			return agent.Message{}, ae.final(a.url, attempt, fmt.Sprintf("gave up: the next try in %v would pass the %v retry budget", d, a.cfg.RetryBudget))
 		}
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return session.Message{}, fmt.Errorf("openai: turn stopped: %w", context.Cause(ctx))
+			return agent.Message{}, fmt.Errorf("openai: turn stopped: %w", context.Cause(ctx))
 		case <-t.C:
 		}
 		wait = min(2*wait, a.cfg.RetryMax)
@@ -290,7 +290,7 @@ var errIdle = errors.New("idle")
 // attempt sends the request once and reads its stream into st. It returns
 // nil for a whole reply, an *attemptError for a failure of the request or
 // the stream, or emit's error.
-func (a *Agent) attempt(ctx context.Context, body []byte, st *stream, emit session.Emit) error {
+func (a *Agent) attempt(ctx context.Context, body []byte, st *stream, emit agent.Emit) error {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := newWatchdog(a.cfg.IdleTimeout, func() { cancel(errIdle) })

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 var plainDeltas = deltas("Hello", "!", " How", " can", " I", " help", " you", " today", "?")
@@ -72,13 +72,13 @@ func TestRecordedStreams(t *testing.T) {
 			up := newUpstream(t, c.script...)
 			a := testAgent(t, up.baseURL(), nil)
 			rec := &recEmit{}
-			msg, err := a.Run(context.Background(), session.Turn{Session: "s1", Input: textInput("hi")}, rec.emit)
+			msg, err := a.Run(context.Background(), agent.Turn{Session: "s1", Input: textInput("hi")}, rec.emit)
 			got := rec.events()
 			if !slices.Equal(got, c.want) {
 				t.Errorf("events:\n got %s\nwant %s", fmtEvs(got), fmtEvs(c.want))
 			}
 			if c.errHas == nil {
-				if err != nil || msg != (session.Message{Role: "assistant", Content: c.msg}) {
+				if err != nil || msg != (agent.Message{Role: "assistant", Content: c.msg}) {
 					t.Errorf("Run = %+v, %v; want message %q", msg, err, c.msg)
 				}
 			} else {
@@ -104,7 +104,7 @@ func TestRecordedStreams(t *testing.T) {
 func TestRequestCarriesHistoryInOrder(t *testing.T) {
 	up := newUpstream(t, reply{file: "plain.sse"})
 	a := testAgent(t, up.baseURL(), func(c *Config) { c.SystemPrompt = "You are terse." })
-	turn := session.Turn{Session: "s1", Input: textInput("and now?"), History: []session.Message{
+	turn := agent.Turn{Session: "s1", Input: textInput("and now?"), History: []agent.Message{
 		{Role: "user", Content: "first question"}, {Role: "assistant", Content: "first answer"},
 		{Role: "user", Content: "second question"}, {Role: "assistant", Content: "second answer"},
 	}}
@@ -145,7 +145,7 @@ func TestRequestCarriesHistoryInOrder(t *testing.T) {
 func TestMessagesJoinRepeatedRoles(t *testing.T) {
 	up := newUpstream(t, reply{file: "plain.sse"})
 	a := testAgent(t, up.baseURL(), func(c *Config) { c.APIKey = "" })
-	turn := session.Turn{Input: session.Input{Type: "message", Data: json.RawMessage(`{"n":1}`)}, History: []session.Message{
+	turn := agent.Turn{Input: agent.Input{Type: "message", Data: json.RawMessage(`{"n":1}`)}, History: []agent.Message{
 		{Role: "user", Content: "q1"}, {Role: "assistant", Content: "a1"}, {Role: "user", Content: "q2 (failed)"},
 	}}
 	if _, err := a.Run(context.Background(), turn, (&recEmit{}).emit); err != nil {
@@ -168,11 +168,11 @@ func TestMessagesJoinRepeatedRoles(t *testing.T) {
 // question (joined to its partial reply), an unknown role as the user's.
 func TestMessagesMapInterruptRole(t *testing.T) {
 	a := &Agent{}
-	turn := session.Turn{Input: textInput("yes"), History: []session.Message{
+	turn := agent.Turn{Input: textInput("yes"), History: []agent.Message{
 		{Role: "user", Content: "deploy?"},
 		{Role: "assistant", Content: "checking", Stopped: true},
-		{Role: session.RoleInterrupt, Content: `{"id":"i1","kind":"approval","payload":{"q":"ok?"},"turn":{"epoch":1,"seq":1}}`},
-		{Role: session.RoleInterrupt, Content: `not json`},
+		{Role: agent.RoleInterrupt, Content: `{"id":"i1","kind":"approval","payload":{"q":"ok?"},"turn":{"epoch":1,"seq":1}}`},
+		{Role: agent.RoleInterrupt, Content: `not json`},
 		{Role: "tool", Content: "t"},
 	}}
 	want := []ChatMessage{
@@ -196,7 +196,7 @@ func TestConnectRefusedRetriedThenFails(t *testing.T) {
 	ln.Close()
 	a := testAgent(t, "http://"+addr+"/v1", nil)
 	rec := &recEmit{}
-	_, err = a.Run(context.Background(), session.Turn{Input: textInput("hi")}, rec.emit)
+	_, err = a.Run(context.Background(), agent.Turn{Input: textInput("hi")}, rec.emit)
 	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "gave up after 3 attempts") {
 		t.Fatalf("Run error = %v, want connection refused after 3 attempts", err)
 	}
@@ -210,7 +210,7 @@ func TestConnectRefusedRetriedThenFails(t *testing.T) {
 func TestRetryBudget(t *testing.T) {
 	up := newUpstream(t, reply{status: 429, header: map[string]string{"Retry-After": "3600"}, body: `{"error":{"message":"slow down"}}`})
 	a := testAgent(t, up.baseURL(), nil)
-	_, err := a.Run(context.Background(), session.Turn{Input: textInput("hi")}, (&recEmit{}).emit)
+	_, err := a.Run(context.Background(), agent.Turn{Input: textInput("hi")}, (&recEmit{}).emit)
 	if err == nil || !strings.Contains(err.Error(), "429 Too Many Requests: slow down") || !strings.Contains(err.Error(), "retry budget") {
 		t.Fatalf("Run error = %v", err)
 	}
@@ -233,7 +233,7 @@ func TestCancelClosesRequest(t *testing.T) {
 			cancel(stop)
 		}
 	}}
-	_, err := a.Run(ctx, session.Turn{Input: textInput("hi")}, rec.emit)
+	_, err := a.Run(ctx, agent.Turn{Input: textInput("hi")}, rec.emit)
 	if !errors.Is(err, stop) || !strings.Contains(err.Error(), "turn stopped") {
 		t.Fatalf("Run error = %v, want the turn's cause", err)
 	}
@@ -252,7 +252,7 @@ func TestIdleTimeout(t *testing.T) {
 	up := newUpstream(t, reply{file: "disconnect.sse", hang: true})
 	a := testAgent(t, up.baseURL(), func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
 	rec := &recEmit{}
-	_, err := a.Run(context.Background(), session.Turn{Input: textInput("hi")}, rec.emit)
+	_, err := a.Run(context.Background(), agent.Turn{Input: textInput("hi")}, rec.emit)
 	if err == nil || !(strings.Contains(err.Error(), "the stream sent nothing for 300ms after") || strings.Contains(err.Error(), "no response within 300ms")) {
 		t.Fatalf("Run error = %v", err)
 	}
@@ -266,7 +266,7 @@ func TestIdleTimeout(t *testing.T) {
 func TestReplyBound(t *testing.T) {
 	up := newUpstream(t, reply{file: "plain.sse"})
 	a := testAgent(t, up.baseURL(), func(c *Config) { c.MaxReplyBytes = 10 })
-	_, err := a.Run(context.Background(), session.Turn{Input: textInput("hi")}, (&recEmit{}).emit)
+	_, err := a.Run(context.Background(), agent.Turn{Input: textInput("hi")}, (&recEmit{}).emit)
 	if err == nil || !strings.Contains(err.Error(), "the reply is over 10 bytes") {
 		t.Fatalf("Run error = %v", err)
 	}
@@ -279,7 +279,7 @@ func TestEmitErrorStopsTheTurn(t *testing.T) {
 	a := testAgent(t, up.baseURL(), nil)
 	stop := errors.New("turn stopped: fenced")
 	n := 0
-	_, err := a.Run(context.Background(), session.Turn{Input: textInput("hi")}, func(context.Context, string, any) error {
+	_, err := a.Run(context.Background(), agent.Turn{Input: textInput("hi")}, func(context.Context, string, any) error {
 		n++
 		if n == 2 {
 			return stop
@@ -318,7 +318,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 func Test404NamesTheBaseURL(t *testing.T) {
 	up := newUpstream(t, reply{file: "plain.sse"})
 	a := testAgent(t, up.srv.URL, nil) // no /v1
-	_, err := a.Run(context.Background(), session.Turn{Input: textInput("hi")}, (&recEmit{}).emit)
+	_, err := a.Run(context.Background(), agent.Turn{Input: textInput("hi")}, (&recEmit{}).emit)
 	if err == nil || !strings.Contains(err.Error(), "404 Not Found") || !strings.Contains(err.Error(), "/v1 included") {
 		t.Fatalf("Run error = %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -17,31 +18,31 @@ import (
 // each turn's end (turn_completed or turn_failed).
 type published struct {
 	mu     sync.Mutex
-	events []session.Event
-	ends   chan session.Event
+	events []agent.Event
+	ends   chan agent.Event
 }
 
-func (p *published) Publish(_ context.Context, e session.Event) error {
+func (p *published) Publish(_ context.Context, e agent.Event) error {
 	p.mu.Lock()
 	p.events = append(p.events, e)
 	p.mu.Unlock()
-	if e.Type == session.TypeTurnCompleted || e.Type == session.TypeTurnFailed {
+	if e.Type == agent.TypeTurnCompleted || e.Type == agent.TypeTurnFailed {
 		p.ends <- e
 	}
 	return nil
 }
 
-func (p *published) all() []session.Event {
+func (p *published) all() []agent.Event {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return append([]session.Event(nil), p.events...)
+	return append([]agent.Event(nil), p.events...)
 }
 
 // newSessionManager runs ag behind a session Manager on memory stores, as
 // the gateway does (StorableOutput included).
-func newSessionManager(t *testing.T, ag session.Agent) (*session.Manager, *published) {
+func newSessionManager(t *testing.T, ag agent.Agent) (*session.Manager, *published) {
 	t.Helper()
-	pub := &published{ends: make(chan session.Event, 16)}
+	pub := &published{ends: make(chan agent.Event, 16)}
 	m := session.NewManager(session.Config{
 		Owner:     "n1/test",
 		Agent:     session.StorableOutput(ag),
@@ -55,7 +56,7 @@ func newSessionManager(t *testing.T, ag session.Agent) (*session.Manager, *publi
 }
 
 // submitTurn submits text to session id and waits for its turn's end.
-func submitTurn(t *testing.T, m *session.Manager, pub *published, id, text string) session.Event {
+func submitTurn(t *testing.T, m *session.Manager, pub *published, id, text string) agent.Event {
 	t.Helper()
 	out := m.Submit(context.Background(), id, textInput(text))
 	if out.Kind != session.OutcomeAccepted {
@@ -66,13 +67,13 @@ func submitTurn(t *testing.T, m *session.Manager, pub *published, id, text strin
 		return e
 	case <-time.After(30 * time.Second): // hang guard
 		t.Fatalf("no turn end; events %v", pub.all())
-		return session.Event{}
+		return agent.Event{}
 	}
 }
 
 // sessionEvents is the (type, data) of each event since from, data as
 // published.
-func sessionEvents(evs []session.Event) []ev {
+func sessionEvents(evs []agent.Event) []ev {
 	out := make([]ev, len(evs))
 	for i, e := range evs {
 		out[i] = ev{Type: e.Type, Data: string(e.Data)}
@@ -87,8 +88,8 @@ func sessionEvents(evs []session.Event) []ev {
 // working (a second turn completes).
 func TestThroughSession(t *testing.T) {
 	msg := func(s string) ev {
-		d, _ := json.Marshal(session.Message{Role: "assistant", Content: s})
-		return ev{Type: session.TypeMessage, Data: string(d)}
+		d, _ := json.Marshal(agent.Message{Role: "assistant", Content: s})
+		return ev{Type: agent.TypeMessage, Data: string(d)}
 	}
 	cases := []struct {
 		name   string
@@ -98,16 +99,16 @@ func TestThroughSession(t *testing.T) {
 		errHas string
 	}{
 		{name: "plain text", script: []reply{{file: "plain.sse"}}, agent: plainDeltas,
-			end: []ev{msg(plainText), {Type: session.TypeTurnCompleted, Data: "{}"}}},
+			end: []ev{msg(plainText), {Type: agent.TypeTurnCompleted, Data: "{}"}}},
 		{name: "tool call", script: []reply{{file: "tool_call.sse"}},
 			agent: append(deltas("Let me check."), toolCallEv("call_Wx1", "get_weather", `{"city":"Paris"}`), toolCallEv("call_Yz2", "get_time", `{"tz":"Europe/Paris"}`)),
-			end:   []ev{msg("Let me check."), {Type: session.TypeTurnCompleted, Data: "{}"}}},
+			end:   []ev{msg("Let me check."), {Type: agent.TypeTurnCompleted, Data: "{}"}}},
 		{name: "error mid-stream", script: []reply{{file: "error_midstream.sse"}}, agent: deltas("The answer", " is"), errHas: "the provider reported an error mid-stream: Engine loop has died"},
 		{name: "disconnect mid-stream", script: []reply{{file: "disconnect.sse", cut: true}}, agent: deltas("Once", " upon"), errHas: "the stream broke after 3 chunks: unexpected EOF"},
 		{name: "500 before output, then the stream", script: []reply{{status: 500, body: `{"error":{"message":"busy"}}`}, {file: "plain.sse"}}, agent: plainDeltas,
-			end: []ev{msg(plainText), {Type: session.TypeTurnCompleted, Data: "{}"}}},
+			end: []ev{msg(plainText), {Type: agent.TypeTurnCompleted, Data: "{}"}}},
 		{name: "no [DONE] after finish_reason", script: []reply{{file: "no_done.sse"}}, agent: deltas("Short", " reply."),
-			end: []ev{msg("Short reply."), {Type: session.TypeTurnCompleted, Data: "{}"}}},
+			end: []ev{msg("Short reply."), {Type: agent.TypeTurnCompleted, Data: "{}"}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -122,14 +123,14 @@ func TestThroughSession(t *testing.T) {
 			for _, e := range evs {
 				types = append(types, e.Type)
 			}
-			if len(evs) < 2 || evs[0].Type != session.TypeUserEvent || evs[1].Type != session.TypeTurnStarted {
+			if len(evs) < 2 || evs[0].Type != agent.TypeUserEvent || evs[1].Type != agent.TypeTurnStarted {
 				t.Fatalf("events %v", types)
 			}
 			got := sessionEvents(evs[2:])
 			if c.errHas != "" {
 				var d struct{ Error string }
 				_ = json.Unmarshal(end.Data, &d)
-				if end.Type != session.TypeTurnFailed || !strings.Contains(d.Error, c.errHas) {
+				if end.Type != agent.TypeTurnFailed || !strings.Contains(d.Error, c.errHas) {
 					t.Fatalf("turn end %s %s, want turn_failed with %q", end.Type, end.Data, c.errHas)
 				}
 				got = got[:len(got)-1]
@@ -140,7 +141,7 @@ func TestThroughSession(t *testing.T) {
 				t.Errorf("agent events:\n got %s\nwant %s", fmtEvs(got), fmtEvs(c.agent))
 			}
 			// The session keeps working: the next turn completes.
-			if e := submitTurn(t, m, pub, "s1", "again"); e.Type != session.TypeTurnCompleted {
+			if e := submitTurn(t, m, pub, "s1", "again"); e.Type != agent.TypeTurnCompleted {
 				t.Fatalf("next turn ended %s %s", e.Type, e.Data)
 			}
 		})
@@ -152,10 +153,10 @@ func TestThroughSession(t *testing.T) {
 func TestSessionHistoryReachesTheModel(t *testing.T) {
 	up := newUpstream(t, reply{file: "plain.sse"}, reply{file: "tool_call.sse"})
 	m, pub := newSessionManager(t, testAgent(t, up.baseURL(), func(c *Config) { c.SystemPrompt = "Be brief." }))
-	if e := submitTurn(t, m, pub, "s2", "hello"); e.Type != session.TypeTurnCompleted {
+	if e := submitTurn(t, m, pub, "s2", "hello"); e.Type != agent.TypeTurnCompleted {
 		t.Fatalf("first turn %s %s", e.Type, e.Data)
 	}
-	if e := submitTurn(t, m, pub, "s2", "weather in Paris?"); e.Type != session.TypeTurnCompleted {
+	if e := submitTurn(t, m, pub, "s2", "weather in Paris?"); e.Type != agent.TypeTurnCompleted {
 		t.Fatalf("second turn %s %s", e.Type, e.Data)
 	}
 	reqs := up.requests()
@@ -185,11 +186,11 @@ type deltaPublisher struct {
 	deltas chan struct{}
 }
 
-func (p deltaPublisher) Publish(ctx context.Context, e session.Event) error {
+func (p deltaPublisher) Publish(ctx context.Context, e agent.Event) error {
 	if err := p.published.Publish(ctx, e); err != nil {
 		return err
 	}
-	if e.Type == session.TypeDelta {
+	if e.Type == agent.TypeDelta {
 		p.deltas <- struct{}{}
 	}
 	return nil
@@ -210,7 +211,7 @@ func TestDrainedTurnRestartsOnTheNextOwner(t *testing.T) {
 		t.Cleanup(m.Close)
 		return m
 	}
-	pub1 := deltaPublisher{&published{ends: make(chan session.Event, 16)}, make(chan struct{}, 16)}
+	pub1 := deltaPublisher{&published{ends: make(chan agent.Event, 16)}, make(chan struct{}, 16)}
 	m1 := newManager("n1/a", pub1)
 	if out := m1.Submit(context.Background(), "s3", textInput("tell me a story")); out.Kind != session.OutcomeAccepted {
 		t.Fatalf("submit: %+v", out)
@@ -232,14 +233,14 @@ func TestDrainedTurnRestartsOnTheNextOwner(t *testing.T) {
 		t.Fatal("the provider never saw the drained turn's request close")
 	}
 
-	pub2 := &published{ends: make(chan session.Event, 16)}
+	pub2 := &published{ends: make(chan agent.Event, 16)}
 	m2 := newManager("n2/b", pub2)
 	if n, err := m2.Recover(context.Background(), 10); err != nil || n != 1 {
 		t.Fatalf("Recover = %d, %v", n, err)
 	}
 	select {
 	case e := <-pub2.ends:
-		if e.Type != session.TypeTurnCompleted {
+		if e.Type != agent.TypeTurnCompleted {
 			t.Fatalf("turn ended %s %s", e.Type, e.Data)
 		}
 	case <-time.After(30 * time.Second): // hang guard
@@ -248,12 +249,12 @@ func TestDrainedTurnRestartsOnTheNextOwner(t *testing.T) {
 	evs := pub2.all()
 	var started struct {
 		Attempt int
-		From    *session.Position
+		From    *agent.Position
 	}
-	if evs[0].Type != session.TypeTurnStarted || json.Unmarshal(evs[0].Data, &started) != nil || started.Attempt != 2 || started.From != nil {
+	if evs[0].Type != agent.TypeTurnStarted || json.Unmarshal(evs[0].Data, &started) != nil || started.Attempt != 2 || started.From != nil {
 		t.Fatalf("next owner's first event %s %s, want turn_started attempt 2", evs[0].Type, evs[0].Data)
 	}
-	want := append(slices.Clone(plainDeltas), ev{Type: session.TypeMessage, Data: `{"role":"assistant","content":"` + plainText + `"}`}, ev{Type: session.TypeTurnCompleted, Data: "{}"})
+	want := append(slices.Clone(plainDeltas), ev{Type: agent.TypeMessage, Data: `{"role":"assistant","content":"` + plainText + `"}`}, ev{Type: agent.TypeTurnCompleted, Data: "{}"})
 	if got := sessionEvents(evs[1:]); !slices.Equal(got, want) {
 		t.Fatalf("next owner's events:\n got %s\nwant %s", fmtEvs(got), fmtEvs(want))
 	}

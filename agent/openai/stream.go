@@ -10,7 +10,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 // TypeToolCall and TypeReasoning are the event types this agent emits
@@ -131,7 +131,7 @@ func (e *streamError) Unwrap() error { return e.err }
 // [DONE] was received, or the body ended cleanly after a finish_reason.
 // Otherwise a *streamError says what happened, or emit's error is
 // returned as it is (the turn is stopping).
-func (s *stream) read(ctx context.Context, body io.Reader, maxChunk int, emit session.Emit) error {
+func (s *stream) read(ctx context.Context, body io.Reader, maxChunk int, emit agent.Emit) error {
 	r := newSSEReader(body, maxChunk)
 	for {
 		ev, err := r.next()
@@ -165,7 +165,7 @@ func (s *stream) read(ctx context.Context, body io.Reader, maxChunk int, emit se
 }
 
 // chunk handles one data event holding a JSON chunk.
-func (s *stream) chunk(ctx context.Context, data []byte, emit session.Emit) error {
+func (s *stream) chunk(ctx context.Context, data []byte, emit agent.Emit) error {
 	var c chunk
 	if err := json.Unmarshal(data, &c); err != nil {
 		return &streamError{msg: fmt.Sprintf("chunk %d is not a JSON chat.completion.chunk (%s): %q", s.chunks, err, clip(data, 200))}
@@ -186,7 +186,7 @@ func (s *stream) chunk(ctx context.Context, data []byte, emit session.Emit) erro
 			}
 		}
 		if d.Content != nil && *d.Content != "" {
-			if err := s.out(ctx, emit, session.TypeDelta, textData{Text: *d.Content}, len(*d.Content)); err != nil {
+			if err := s.out(ctx, emit, agent.TypeDelta, textData{Text: *d.Content}, len(*d.Content)); err != nil {
 				return err
 			}
 			s.text.WriteString(*d.Content)
@@ -228,7 +228,7 @@ type completion struct {
 // whole handles a 200 application/json answer: an error object, or one
 // chat.completion, emitted as its content in one delta and its tool calls
 // (each a whole call, its index or its position giving its order).
-func (s *stream) whole(ctx context.Context, raw []byte, emit session.Emit) error {
+func (s *stream) whole(ctx context.Context, raw []byte, emit agent.Emit) error {
 	var c completion
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return &streamError{msg: fmt.Sprintf("the answer is application/json but not a chat.completion (%s): %q", err, clip(raw, 200))}
@@ -241,7 +241,7 @@ func (s *stream) whole(ctx context.Context, raw []byte, emit session.Emit) error
 			continue
 		}
 		if m := ch.Message; m.Content != nil && *m.Content != "" {
-			if err := s.out(ctx, emit, session.TypeDelta, textData{Text: *m.Content}, len(*m.Content)); err != nil {
+			if err := s.out(ctx, emit, agent.TypeDelta, textData{Text: *m.Content}, len(*m.Content)); err != nil {
 				return err
 			}
 			s.text.WriteString(*m.Content)
@@ -265,7 +265,7 @@ func (s *stream) whole(ctx context.Context, raw []byte, emit session.Emit) error
 }
 
 // out emits one event of n bytes of reply, within the reply's bound.
-func (s *stream) out(ctx context.Context, emit session.Emit, typ string, data any, n int) error {
+func (s *stream) out(ctx context.Context, emit agent.Emit, typ string, data any, n int) error {
 	if err := s.grow(n); err != nil {
 		return err
 	}
@@ -320,7 +320,7 @@ func (s *stream) toolFragment(tc toolCallDelta) error {
 }
 
 // flushCalls emits the assembled tool calls not emitted yet, by index.
-func (s *stream) flushCalls(ctx context.Context, emit session.Emit) error {
+func (s *stream) flushCalls(ctx context.Context, emit agent.Emit) error {
 	idx := make([]int, 0, len(s.calls))
 	for i, c := range s.calls {
 		if !c.emitted {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 	"go.uber.org/goleak"
 )
 
@@ -186,16 +186,16 @@ func testAgent(t *testing.T, base string, mut func(*Config)) *Agent {
 	return a
 }
 
-func textInput(s string) session.Input {
+func textInput(s string) agent.Input {
 	d, _ := json.Marshal(map[string]string{"text": s})
-	return session.Input{Type: "message", Data: d}
+	return agent.Input{Type: "message", Data: d}
 }
 
 func deltas(texts ...string) []ev {
 	out := make([]ev, len(texts))
 	for i, s := range texts {
 		d, _ := json.Marshal(textData{Text: s})
-		out[i] = ev{Type: session.TypeDelta, Data: string(d)}
+		out[i] = ev{Type: agent.TypeDelta, Data: string(d)}
 	}
 	return out
 }

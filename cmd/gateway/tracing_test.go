@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/gateway"
 	"github.com/relaygw/relay/internal/phxtest"
 	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/session"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
@@ -100,7 +100,7 @@ func TestBinaryExportsTraces(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST: %d", resp.StatusCode)
 	}
-	ws.EventsUntil(session.TypeTurnCompleted)
+	ws.EventsUntil(agent.TypeTurnCompleted)
 
 	if err := p.Terminate(); err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 	"sync"
 
 	"github.com/coder/websocket"
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/agent"
 )
 
 // Socket is a raw Phoenix client connection. Writes may be concurrent;
@@ -54,7 +54,7 @@ type SessionEvent struct {
 	Data    json.RawMessage `json:"data"`
 	// Prev is set on the first event of an epoch: where the previous
 	// epoch ended.
-	Prev *session.Position `json:"prev,omitempty"`
+	Prev *agent.Position `json:"prev,omitempty"`
 }
 
 // PhxReply is a phx_reply payload: {"status","response"}.

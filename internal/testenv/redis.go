@@ -68,3 +68,32 @@ func redisClient(t testing.TB) redis.UniversalClient {
 	t.Cleanup(func() { _ = client.Close() })
 	return client
 }
+
+// ShiftRedisTTLs makes d of time pass for the expiring keys under prefix:
+// each key's remaining TTL shrinks by d, and keys whose TTL runs out are
+// deleted, as Redis would expire them.
+func ShiftRedisTTLs(t interface{ Fatalf(string, ...any) }, client redis.UniversalClient, prefix string, d time.Duration) {
+	ctx := context.Background()
+	iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		key := iter.Val()
+		pttl, err := client.PTTL(ctx, key).Result()
+		if err != nil {
+			t.Fatalf("pttl %s: %v", key, err)
+		}
+		if pttl < 0 { // no expiry (or gone)
+			continue
+		}
+		if left := pttl - d; left <= 0 {
+			err = client.Del(ctx, key).Err()
+		} else {
+			err = client.PExpire(ctx, key, left).Err()
+		}
+		if err != nil {
+			t.Fatalf("shift ttl of %s: %v", key, err)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatalf("scan %s*: %v", prefix, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/memforward"
 )
@@ -28,7 +29,7 @@ func TestFaultsAreOneShotAndQueued(t *testing.T) {
 	f := n.Forwarder()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req := session.ForwardRequest{Session: "s1", Input: session.Input{Type: "message"}}
+	req := session.ForwardRequest{Session: "s1", Input: agent.Input{Type: "message"}}
 
 	n.Unreachable("a")
 	n.Fail("a", &session.RemoteError{Code: session.CodeBusy})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/session"
@@ -76,8 +77,8 @@ func (f handlerFunc) HandleForward(ctx context.Context, req session.ForwardReque
 	return f(ctx, req)
 }
 
-func input(text, key string) session.Input {
-	return session.Input{Type: "message", Data: json.RawMessage(`{"text":"` + text + `"}`), IdempotencyKey: key}
+func input(text, key string) agent.Input {
+	return agent.Input{Type: "message", Data: json.RawMessage(`{"text":"` + text + `"}`), IdempotencyKey: key}
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -276,7 +277,7 @@ func TestNATSControlSubject(t *testing.T) {
 	a, b := e.node("a/1", nil), e.node("b/1", nil)
 	ctx := ctxT(t)
 	acc := accepted(t, a.m.Submit(ctx, "s1", input("on a", "")))
-	out := b.m.Control(ctx, "s1", session.Control{Op: session.OpStop, Turn: session.Position{Epoch: acc.Epoch, Seq: acc.Seq + 100}})
+	out := b.m.Control(ctx, "s1", session.Control{Op: session.OpStop, Turn: agent.Position{Epoch: acc.Epoch, Seq: acc.Seq + 100}})
 	r := accepted(t, out).Control
 	if r == nil || r.Stopped || r.Reason != session.ReasonNotRunning || out.Hops != 1 {
 		t.Fatalf("forwarded control = %+v (hops %d), want a not_running answer from a", r, out.Hops)
@@ -299,7 +300,7 @@ func TestNATSControlSubject(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := natsforward.New(testenv.NATSConn(t), natsforward.Config{Prefix: e.prefix})
-	_, err = f.Forward(ctx, "old/1", session.ForwardRequest{Session: "s1", Control: &session.Control{Op: session.OpStop, Turn: session.Position{Epoch: 1, Seq: 1}}})
+	_, err = f.Forward(ctx, "old/1", session.ForwardRequest{Session: "s1", Control: &session.Control{Op: session.OpStop, Turn: agent.Position{Epoch: 1, Seq: 1}}})
 	if !errors.Is(err, session.ErrUnreachable) {
 		t.Fatalf("control to an old node = %v, want ErrUnreachable", err)
 	}

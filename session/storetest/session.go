@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/session"
 )
 
@@ -67,8 +68,8 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		if len(th.Keys) != 1 || th.Keys[0].Key != "key-1" || th.Keys[0].Epoch != 1 || th.Keys[0].Seq != 1 || th.Keys[0].BodyHash != one.BodyHash {
 			t.Fatalf("keys = %+v, want key-1 at 1-1 with its body hash", th.Keys)
 		}
-		msgs := []session.Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "one"}}
-		if err := s.CompleteTurn(ctx, "k", 2, session.TurnRecord{Input: session.Position{Epoch: 1, Seq: 1}, Messages: msgs, Seq: 6}); err != nil {
+		msgs := []agent.Message{{Role: "user", Content: "one"}, {Role: "assistant", Content: "one"}}
+		if err := s.CompleteTurn(ctx, "k", 2, session.TurnRecord{Input: agent.Position{Epoch: 1, Seq: 1}, Messages: msgs, Seq: 6}); err != nil {
 			t.Fatalf("complete turn: %v", err)
 		}
 		st := mustRead(t, s, "k", session.HistoryQuery{Limit: 10})
@@ -77,14 +78,14 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		}
 		assertInbox(t, st.Inbox, two)
 		want := []session.StoredMessage{
-			{N: 1, Turn: session.Position{Epoch: 1, Seq: 1}, Message: msgs[0]},
-			{N: 2, Turn: session.Position{Epoch: 1, Seq: 1}, Message: msgs[1]},
+			{N: 1, Turn: agent.Position{Epoch: 1, Seq: 1}, Message: msgs[0]},
+			{N: 2, Turn: agent.Position{Epoch: 1, Seq: 1}, Message: msgs[1]},
 		}
 		if !reflect.DeepEqual(st.History, want) {
 			t.Fatalf("history = %+v, want %+v", st.History, want)
 		}
 		// The seq never goes down.
-		if err := s.CompleteTurn(ctx, "k", 2, session.TurnRecord{Input: session.Position{Epoch: 1, Seq: 2}, Seq: 3}); err != nil {
+		if err := s.CompleteTurn(ctx, "k", 2, session.TurnRecord{Input: agent.Position{Epoch: 1, Seq: 2}, Seq: 3}); err != nil {
 			t.Fatal(err)
 		}
 		if st := mustRead(t, s, "k", session.HistoryQuery{Limit: 10}); st.Seq != 6 || len(st.Inbox) != 0 {
@@ -98,7 +99,7 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		one, two := entry(1, 1, "one", ""), entry(1, 2, "two", "")
 		mustAccept(t, s, "k", 1, one)
 		mustAccept(t, s, "k", 1, two)
-		pos := session.Position{Epoch: 1, Seq: 1}
+		pos := agent.Position{Epoch: 1, Seq: 1}
 		if err := s.StartTurn(ctx, "k", 1, pos, 1); err != nil {
 			t.Fatalf("start turn: %v", err)
 		}
@@ -168,7 +169,7 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		if st := mustRead(t, s, "k", session.HistoryQuery{Limit: 10}); len(st.Inbox) != 1 {
 			t.Fatalf("inbox after a repeated accept = %+v, want one entry", st.Inbox)
 		}
-		rec := session.TurnRecord{Input: e.Pos(), Seq: 5, Messages: []session.Message{{Role: "user", Content: "once"}, {Role: "assistant", Content: "once"}}}
+		rec := session.TurnRecord{Input: e.Pos(), Seq: 5, Messages: []agent.Message{{Role: "user", Content: "once"}, {Role: "assistant", Content: "once"}}}
 		for range 2 {
 			if err := s.CompleteTurn(ctx, "k", 1, rec); err != nil {
 				t.Fatal(err)
@@ -187,7 +188,7 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		if err := s.Accept(ctx, "k", 2, entry(2, 2, "stale", "key-2"), time.Hour); !errors.Is(err, session.ErrFenced) {
 			t.Fatalf("stale accept = %v, want ErrFenced", err)
 		}
-		rec := session.TurnRecord{Input: session.Position{Epoch: 1, Seq: 1}, Messages: []session.Message{{Role: "user", Content: "kept"}}, Seq: 99}
+		rec := session.TurnRecord{Input: agent.Position{Epoch: 1, Seq: 1}, Messages: []agent.Message{{Role: "user", Content: "kept"}}, Seq: 99}
 		if err := s.CompleteTurn(ctx, "k", 2, rec); !errors.Is(err, session.ErrFenced) {
 			t.Fatalf("stale complete turn = %v, want ErrFenced", err)
 		}
@@ -209,8 +210,8 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		mustThaw(t, s, "k", 1, window)
 		for i := 1; i <= 25; i++ {
 			mustAccept(t, s, "k", 1, entry(1, int64(i), fmt.Sprint("q", i), ""))
-			msgs := []session.Message{{Role: "user", Content: fmt.Sprint("q", i)}, {Role: "assistant", Content: fmt.Sprint("a", i)}}
-			if err := s.CompleteTurn(ctx, "k", 1, session.TurnRecord{Input: session.Position{Epoch: 1, Seq: int64(i)}, Messages: msgs, Seq: int64(i)}); err != nil {
+			msgs := []agent.Message{{Role: "user", Content: fmt.Sprint("q", i)}, {Role: "assistant", Content: fmt.Sprint("a", i)}}
+			if err := s.CompleteTurn(ctx, "k", 1, session.TurnRecord{Input: agent.Position{Epoch: 1, Seq: int64(i)}, Messages: msgs, Seq: int64(i)}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -298,14 +299,14 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		}
 		var want []session.InboxEntry
 		for i, d := range datas {
-			e := session.InboxEntry{Epoch: 1, Seq: int64(i + 1), Input: session.Input{Type: "message", Data: json.RawMessage(d)}}
+			e := session.InboxEntry{Epoch: 1, Seq: int64(i + 1), Input: agent.Input{Type: "message", Data: json.RawMessage(d)}}
 			e.BodyHash = session.InputHash(e.Input)
 			mustAccept(t, s, "k", 1, e)
 			want = append(want, e)
 		}
 		assertInbox(t, mustThaw(t, s, "k", 1, window).Inbox, want...)
-		msgs := []session.Message{{Role: "user", Content: "nul \x00 here"}, {Role: "assistant", Content: "\ufffd"}}
-		if err := s.CompleteTurn(ctx, "k", 1, session.TurnRecord{Input: session.Position{Epoch: 1, Seq: 1}, Messages: msgs, Seq: 9}); err != nil {
+		msgs := []agent.Message{{Role: "user", Content: "nul \x00 here"}, {Role: "assistant", Content: "\ufffd"}}
+		if err := s.CompleteTurn(ctx, "k", 1, session.TurnRecord{Input: agent.Position{Epoch: 1, Seq: 1}, Messages: msgs, Seq: 9}); err != nil {
 			t.Fatalf("complete turn with a NUL in a message: %v", err)
 		}
 		if h := mustRead(t, s, "k", session.HistoryQuery{Limit: 10}).History; len(h) != 2 || h[0].Message != msgs[0] || h[1].Message != msgs[1] {
@@ -320,7 +321,7 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 		}
 		mustAccept(t, s, "busy", 1, entry(1, 1, "x", ""))
 		mustAccept(t, s, "done", 1, entry(1, 1, "y", ""))
-		if err := s.CompleteTurn(ctx, "done", 1, session.TurnRecord{Input: session.Position{Epoch: 1, Seq: 1}, Seq: 3}); err != nil {
+		if err := s.CompleteTurn(ctx, "done", 1, session.TurnRecord{Input: agent.Position{Epoch: 1, Seq: 1}, Seq: 3}); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.Unfinished(ctx, 10)
@@ -370,7 +371,7 @@ func SessionStoreSuite(t *testing.T, newFixture func(t *testing.T) SessionFixtur
 
 func entry(epoch, seq int64, text, key string) session.InboxEntry {
 	data, _ := json.Marshal(map[string]string{"text": text})
-	in := session.Input{Type: "message", Data: data, IdempotencyKey: key}
+	in := agent.Input{Type: "message", Data: data, IdempotencyKey: key}
 	return session.InboxEntry{Epoch: epoch, Seq: seq, Input: in, BodyHash: session.InputHash(in)}
 }
 

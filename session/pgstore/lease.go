@@ -1,4 +1,7 @@
-package session
+// Package pgstore holds the Postgres adapters of the session stores: the
+// lease store (LeaseStore) and the session store (SessionStore), on the
+// tables of migrations/. Both pass the contract suites of session/storetest.
+package pgstore
 
 import (
 	"context"
@@ -8,9 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaygw/relay/session"
 )
 
-// PostgresLeaseStore is the cluster LeaseStore: one row per session in
+// LeaseStore is the cluster session.LeaseStore: one row per session in
 // agent_leases (migrations/00001), every decision taken by one statement on
 // the database clock (the seed's "Ownership: the lease"). Go never compares
 // its own clock with expires_at; Remaining is expires_at - now() computed by
@@ -22,16 +27,16 @@ import (
 // on the safe side. Remaining counts from that start, so a caller that
 // starts its own monotonic countdown when it sent the claim never outlives
 // the row. Safe for concurrent use.
-type PostgresLeaseStore struct {
+type LeaseStore struct {
 	pool *pgxpool.Pool
 }
 
-var _ LeaseStore = (*PostgresLeaseStore)(nil)
+var _ session.LeaseStore = (*LeaseStore)(nil)
 
-// NewPostgresLeaseStore returns a lease store on pool. The pool's
+// NewLeaseStore returns a lease store on pool. The pool's
 // connections must resolve agent_leases (search_path).
-func NewPostgresLeaseStore(pool *pgxpool.Pool) *PostgresLeaseStore {
-	return &PostgresLeaseStore{pool: pool}
+func NewLeaseStore(pool *pgxpool.Pool) *LeaseStore {
+	return &LeaseStore{pool: pool}
 }
 
 // claimSQL is the four-case claim in one statement. The upsert (up) changes
@@ -82,11 +87,11 @@ FROM agent_leases WHERE agent_key = $1`
 // changing hands within milliseconds.
 const claimAttempts = 4
 
-// Claim implements LeaseStore. ttl must be positive; it is stored with
+// Claim implements session.LeaseStore. ttl must be positive; it is stored with
 // microsecond precision.
-func (s *PostgresLeaseStore) Claim(ctx context.Context, key, owner string, ttl time.Duration) (Lease, error) {
+func (s *LeaseStore) Claim(ctx context.Context, key, owner string, ttl time.Duration) (session.Lease, error) {
 	if ttl <= 0 {
-		return Lease{}, fmt.Errorf("session: claim %q: ttl %v is not positive", key, ttl)
+		return session.Lease{}, fmt.Errorf("session: claim %q: ttl %v is not positive", key, ttl)
 	}
 	for range claimAttempts {
 		var (
@@ -98,20 +103,20 @@ func (s *PostgresLeaseStore) Claim(ctx context.Context, key, owner string, ttl t
 		)
 		err := s.pool.QueryRow(ctx, claimSQL, key, owner, ttl).Scan(&won, &holder, &epoch, &micros, &previous)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return Lease{}, fmt.Errorf("session: claim %q: %w", key, err)
+			return session.Lease{}, fmt.Errorf("session: claim %q: %w", key, err)
 		}
 		remaining := time.Duration(micros) * time.Microsecond
 		switch {
 		case err == nil && won:
-			return Lease{Key: key, Owner: holder, Epoch: epoch, Remaining: remaining, Previous: previous}, nil
+			return session.Lease{Key: key, Owner: holder, Epoch: epoch, Remaining: remaining, Previous: previous}, nil
 		case err != nil, holder == owner, remaining <= 0:
 			// No row, or a row the upsert would have taken: cur was stale.
 			continue
 		default:
-			return Lease{}, &LeaseHeldError{Key: key, Holder: holder, Epoch: epoch, Remaining: remaining}
+			return session.Lease{}, &session.LeaseHeldError{Key: key, Holder: holder, Epoch: epoch, Remaining: remaining}
 		}
 	}
-	return Lease{}, fmt.Errorf("session: claim %q: lease row changed under %d attempts", key, claimAttempts)
+	return session.Lease{}, fmt.Errorf("session: claim %q: lease row changed under %d attempts", key, claimAttempts)
 }
 
 // TryClaim runs Claim's statement for key and owner in a transaction that
@@ -119,7 +124,7 @@ func (s *PostgresLeaseStore) Claim(ctx context.Context, key, owner string, ttl t
 // (privileges, a read-only database, constraints, triggers) and changes
 // nothing. A lease another owner holds is no error. The gateway's
 // readiness probe uses it.
-func (s *PostgresLeaseStore) TryClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
+func (s *LeaseStore) TryClaim(ctx context.Context, key, owner string, ttl time.Duration) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("session: try claim %q: %w", key, err)
@@ -136,28 +141,28 @@ func (s *PostgresLeaseStore) TryClaim(ctx context.Context, key, owner string, tt
 	return nil
 }
 
-// Release implements LeaseStore.
-func (s *PostgresLeaseStore) Release(ctx context.Context, key, owner string, epoch int64) error {
+// Release implements session.LeaseStore.
+func (s *LeaseStore) Release(ctx context.Context, key, owner string, epoch int64) error {
 	tag, err := s.pool.Exec(ctx, releaseSQL, key, owner, epoch)
 	if err != nil {
 		return fmt.Errorf("session: release %q: %w", key, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("session: release %q epoch %d: %w", key, epoch, ErrNotOwner)
+		return fmt.Errorf("session: release %q epoch %d: %w", key, epoch, session.ErrNotOwner)
 	}
 	return nil
 }
 
-// Get implements LeaseStore.
-func (s *PostgresLeaseStore) Get(ctx context.Context, key string) (Lease, bool, error) {
-	l := Lease{Key: key}
+// Get implements session.LeaseStore.
+func (s *LeaseStore) Get(ctx context.Context, key string) (session.Lease, bool, error) {
+	l := session.Lease{Key: key}
 	var micros int64
 	err := s.pool.QueryRow(ctx, getSQL, key).Scan(&l.Owner, &l.Epoch, &micros)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Lease{}, false, nil
+		return session.Lease{}, false, nil
 	}
 	if err != nil {
-		return Lease{}, false, fmt.Errorf("session: get lease %q: %w", key, err)
+		return session.Lease{}, false, fmt.Errorf("session: get lease %q: %w", key, err)
 	}
 	l.Remaining = time.Duration(micros) * time.Microsecond
 	return l, true, nil

@@ -1,4 +1,4 @@
-package session_test
+package redisstore_test
 
 import (
 	"context"
@@ -8,60 +8,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/redisstore"
 	"github.com/relaygw/relay/session/storetest"
 )
-
-// shiftRedisTTLs makes d of time pass for the expiring keys under prefix:
-// each key's remaining TTL shrinks by d, and keys whose TTL runs out are
-// deleted, as Redis would expire them.
-func shiftRedisTTLs(t interface{ Fatalf(string, ...any) }, client redis.UniversalClient, prefix string, d time.Duration) {
-	ctx := context.Background()
-	iter := client.Scan(ctx, 0, prefix+"*", 100).Iterator()
-	for iter.Next(ctx) {
-		key := iter.Val()
-		pttl, err := client.PTTL(ctx, key).Result()
-		if err != nil {
-			t.Fatalf("pttl %s: %v", key, err)
-		}
-		if pttl < 0 { // no expiry (or gone)
-			continue
-		}
-		if left := pttl - d; left <= 0 {
-			err = client.Del(ctx, key).Err()
-		} else {
-			err = client.PExpire(ctx, key, left).Err()
-		}
-		if err != nil {
-			t.Fatalf("shift ttl of %s: %v", key, err)
-		}
-	}
-	if err := iter.Err(); err != nil {
-		t.Fatalf("scan %s*: %v", prefix, err)
-	}
-}
 
 func TestRedisReplayLog(t *testing.T) {
 	storetest.ReplayLogSuite(t, func(t *testing.T, maxLen int64, ttl time.Duration) storetest.ReplayFixture {
 		client, prefix := testenv.Redis(t)
 		return storetest.ReplayFixture{
-			Log:     session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: maxLen, TTL: ttl}),
-			Advance: func(t *testing.T, d time.Duration) { shiftRedisTTLs(t, client, prefix, d) },
+			Log:     redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: maxLen, TTL: ttl}),
+			Advance: func(t *testing.T, d time.Duration) { testenv.ShiftRedisTTLs(t, client, prefix, d) },
 		}
 	})
 }
 
-func redisEvent(id string, epoch, seq int64) session.Event {
-	return session.Event{Session: id, Epoch: epoch, Seq: seq, Type: session.TypeDelta,
+func redisEvent(id string, epoch, seq int64) agent.Event {
+	return agent.Event{Session: id, Epoch: epoch, Seq: seq, Type: agent.TypeDelta,
 		Data: []byte(`{"text":"x"}`), At: time.Unix(1700000000, 0).UTC()}
 }
 
 func TestRedisReplayAppendAndSince(t *testing.T) {
 	client, prefix := testenv.Redis(t)
-	l := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 100, TTL: time.Minute})
+	l := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: 100, TTL: time.Minute})
 	ctx := context.Background()
 	for s := int64(1); s <= 3; s++ {
 		if err := l.Append(ctx, redisEvent("s1", 1, s)); err != nil {
@@ -79,7 +50,7 @@ func TestRedisReplayAppendAndSince(t *testing.T) {
 	if len(msgs) != 3 || msgs[0].ID != "1-1" || msgs[2].ID != "1-3" {
 		t.Fatalf("stream entries = %v", msgs)
 	}
-	evs, complete, err := l.Since(ctx, "s1", session.Position{Epoch: 1, Seq: 1}, 0)
+	evs, complete, err := l.Since(ctx, "s1", agent.Position{Epoch: 1, Seq: 1}, 0)
 	if err != nil || !complete || len(evs) != 2 || evs[0].Seq != 2 || evs[1].Seq != 3 {
 		t.Fatalf("since 1-1 = %+v complete %v err %v", evs, complete, err)
 	}
@@ -87,7 +58,7 @@ func TestRedisReplayAppendAndSince(t *testing.T) {
 
 func TestRedisReplayFencedBelowTop(t *testing.T) {
 	client, prefix := testenv.Redis(t)
-	l := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 100, TTL: time.Minute})
+	l := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: 100, TTL: time.Minute})
 	ctx := context.Background()
 	if err := l.Append(ctx, redisEvent("s", 3, 10)); err != nil {
 		t.Fatal(err)
@@ -104,7 +75,7 @@ func TestRedisReplayFencedBelowTop(t *testing.T) {
 
 func TestRedisReplayMaxLenTrims(t *testing.T) {
 	client, prefix := testenv.Redis(t)
-	l := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 4, TTL: time.Minute})
+	l := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: 4, TTL: time.Minute})
 	ctx := context.Background()
 	for s := int64(1); s <= 10; s++ {
 		if err := l.Append(ctx, redisEvent("s", 1, s)); err != nil {
@@ -114,14 +85,14 @@ func TestRedisReplayMaxLenTrims(t *testing.T) {
 			t.Fatalf("after %d appends length = %d, %v; want %d", s, n, err, min(s, 4))
 		}
 	}
-	evs, complete, err := l.Since(ctx, "s", session.Position{}, 0)
+	evs, complete, err := l.Since(ctx, "s", agent.Position{}, 0)
 	if err != nil || complete || len(evs) != 4 || evs[0].Seq != 7 {
 		t.Fatalf("since 0 after trimming = %d events from %v, complete %v, err %v; want 7..10 incomplete", len(evs), evs[0].Pos(), complete, err)
 	}
-	if _, complete, _ := l.Since(ctx, "s", session.Position{Epoch: 1, Seq: 6}, 0); !complete {
+	if _, complete, _ := l.Since(ctx, "s", agent.Position{Epoch: 1, Seq: 6}, 0); !complete {
 		t.Fatal("since 1-6 (the newest trimmed) should be complete")
 	}
-	if _, complete, _ := l.Since(ctx, "s", session.Position{Epoch: 1, Seq: 5}, 0); complete {
+	if _, complete, _ := l.Since(ctx, "s", agent.Position{Epoch: 1, Seq: 5}, 0); complete {
 		t.Fatal("since 1-5 should be incomplete: 1-6 was trimmed")
 	}
 }
@@ -129,7 +100,7 @@ func TestRedisReplayMaxLenTrims(t *testing.T) {
 func TestRedisReplayTTLSetAndRefreshed(t *testing.T) {
 	client, prefix := testenv.Redis(t)
 	const ttl = 90 * time.Second
-	l := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 100, TTL: ttl})
+	l := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: 100, TTL: ttl})
 	ctx := context.Background()
 	if err := l.Append(ctx, redisEvent("s", 1, 1)); err != nil {
 		t.Fatal(err)
@@ -148,7 +119,7 @@ func TestRedisReplayTTLSetAndRefreshed(t *testing.T) {
 		t.Fatalf("ttl after second append = %v, %v; want refreshed to about %v", pttl, err, ttl)
 	}
 	// No TTL configured: the stream does not expire.
-	forever := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix + "forever:"})
+	forever := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix + "forever:"})
 	if err := forever.Append(ctx, redisEvent("s", 1, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -159,9 +130,9 @@ func TestRedisReplayTTLSetAndRefreshed(t *testing.T) {
 
 func BenchmarkRedisAppend(b *testing.B) {
 	client, prefix := testenv.Redis(b)
-	l := session.NewRedisReplayLog(client, session.RedisReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour})
+	l := redisstore.NewReplayLog(client, redisstore.ReplayConfig{Prefix: prefix, MaxLen: 1000, TTL: time.Hour})
 	ctx := context.Background()
-	ev := session.Event{Session: "s", Epoch: 1, Type: session.TypeDelta,
+	ev := agent.Event{Session: "s", Epoch: 1, Type: agent.TypeDelta,
 		Data: []byte(`{"text":"a short streamed delta of a reply"}`), At: time.Now().UTC()}
 	b.Run("sequential", func(b *testing.B) {
 		ev := ev

@@ -1,4 +1,4 @@
-package session_test
+package pgstore_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
 )
 
 // fenceModel is what the property test expects the stores to hold for one
@@ -62,8 +63,8 @@ func (m *fenceModel) liveHolder(key string) (string, heldLease, bool) {
 // Every claim's outcome is predicted by the four-case rule and checked.
 func TestPostgresFenceProperties(t *testing.T) {
 	pool := testenv.Postgres(t)
-	leases := session.NewPostgresLeaseStore(pool)
-	checkpoints := session.NewPostgresSessionStore(pool)
+	leases := pgstore.NewLeaseStore(pool)
+	checkpoints := pgstore.NewSessionStore(pool)
 	ctx := context.Background()
 	const ttl = 100 * time.Second
 	owners := []string{"n1/i1", "n2/i1", "n3/i1", "n1/i2"}

@@ -1,4 +1,7 @@
-package session
+// Package redisstore holds the Redis adapter of the session replay log:
+// ReplayLog, one Redis Stream per session. It passes the contract suite of
+// session/storetest.
+package redisstore
 
 import (
 	"context"
@@ -9,14 +12,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/relaygw/relay/agent"
+	"github.com/relaygw/relay/session"
 )
 
-// DefaultReplayMaxLen is the number of events a replay log keeps per session
-// when none is configured.
-const DefaultReplayMaxLen = 1000
-
-// RedisReplayConfig configures a RedisReplayLog.
-type RedisReplayConfig struct {
+// ReplayConfig configures a ReplayLog.
+type ReplayConfig struct {
 	// Prefix starts every key; a session's stream is <Prefix>session:<id>.
 	// Default "" (no prefix).
 	Prefix string
@@ -28,13 +30,13 @@ type RedisReplayConfig struct {
 	TTL time.Duration
 }
 
-// DefaultRedisReplayConfig returns prefix "relay:", DefaultReplayMaxLen
+// DefaultReplayConfig returns prefix "relay:", DefaultReplayMaxLen
 // events and a one-hour TTL.
-func DefaultRedisReplayConfig() RedisReplayConfig {
-	return RedisReplayConfig{Prefix: "relay:", MaxLen: DefaultReplayMaxLen, TTL: time.Hour}
+func DefaultReplayConfig() ReplayConfig {
+	return ReplayConfig{Prefix: "relay:", MaxLen: session.DefaultReplayMaxLen, TTL: time.Hour}
 }
 
-// RedisReplayLog is the cluster ReplayLog: one Redis stream per session
+// ReplayLog is the cluster session.ReplayLog: one Redis stream per session
 // (Redis 7 or newer). An event at (E, S) is the stream entry with id "E-S",
 // so entry ids only grow across takeovers and Redis itself refuses an append
 // at or below the top, which Append reports as ErrFenced (docs/OWNERSHIP.md
@@ -51,23 +53,23 @@ func DefaultRedisReplayConfig() RedisReplayConfig {
 //
 // Append and Since each take one round trip (a Lua script). Safe for
 // concurrent use.
-type RedisReplayLog struct {
+type ReplayLog struct {
 	client redis.UniversalClient
-	cfg    RedisReplayConfig
+	cfg    ReplayConfig
 }
 
-var _ ReplayLog = (*RedisReplayLog)(nil)
+var _ session.ReplayLog = (*ReplayLog)(nil)
 
-// NewRedisReplayLog returns a replay log on client.
-func NewRedisReplayLog(client redis.UniversalClient, cfg RedisReplayConfig) *RedisReplayLog {
+// NewReplayLog returns a replay log on client.
+func NewReplayLog(client redis.UniversalClient, cfg ReplayConfig) *ReplayLog {
 	if cfg.MaxLen <= 0 {
-		cfg.MaxLen = DefaultReplayMaxLen
+		cfg.MaxLen = session.DefaultReplayMaxLen
 	}
-	return &RedisReplayLog{client: client, cfg: cfg}
+	return &ReplayLog{client: client, cfg: cfg}
 }
 
 // Key returns the stream key of session.
-func (l *RedisReplayLog) Key(session string) string { return l.cfg.Prefix + "session:" + session }
+func (l *ReplayLog) Key(session string) string { return l.cfg.Prefix + "session:" + session }
 
 // appendScript: KEYS[1] stream; ARGV[1] id, ARGV[2] maxlen, ARGV[3] ttl in
 // ms (0: none), ARGV[4] floor of a fresh stream, ARGV[5..] field/value
@@ -112,16 +114,16 @@ end
 return {floor, entries}
 `)
 
-// Append implements ReplayLog.
-func (l *RedisReplayLog) Append(ctx context.Context, ev Event) error {
-	if err := checkAppendPos(ev.Pos()); err != nil {
+// Append implements session.ReplayLog.
+func (l *ReplayLog) Append(ctx context.Context, ev agent.Event) error {
+	if err := session.CheckAppendPos(ev.Pos()); err != nil {
 		return err
 	}
 	var ttlMS int64
 	if l.cfg.TTL > 0 {
 		ttlMS = max(l.cfg.TTL.Milliseconds(), 1)
 	}
-	args := []any{ev.Pos().String(), l.cfg.MaxLen, ttlMS, freshFloor(ev.Pos()).String(),
+	args := []any{ev.Pos().String(), l.cfg.MaxLen, ttlMS, session.FreshFloor(ev.Pos()).String(),
 		"t", ev.Type, "d", []byte(ev.Data), "a", ev.At.Format(time.RFC3339Nano)}
 	if ev.Prev != nil {
 		args = append(args, "p", ev.Prev.String())
@@ -129,15 +131,15 @@ func (l *RedisReplayLog) Append(ctx context.Context, ev Event) error {
 	err := appendScript.Run(ctx, l.client, []string{l.Key(ev.Session)}, args...).Err()
 	if err != nil {
 		if strings.Contains(err.Error(), "equal or smaller than the target stream top item") {
-			return fmt.Errorf("session: append %q at %v: %w", ev.Session, ev.Pos(), ErrFenced)
+			return fmt.Errorf("session: append %q at %v: %w", ev.Session, ev.Pos(), session.ErrFenced)
 		}
 		return fmt.Errorf("session: append %q at %v: %w", ev.Session, ev.Pos(), err)
 	}
 	return nil
 }
 
-// Since implements ReplayLog. limit <= 0 means no limit.
-func (l *RedisReplayLog) Since(ctx context.Context, session string, after Position, limit int) ([]Event, bool, error) {
+// Since implements session.ReplayLog. limit <= 0 means no limit.
+func (l *ReplayLog) Since(ctx context.Context, session string, after agent.Position, limit int) ([]agent.Event, bool, error) {
 	start := "-"
 	if !after.IsZero() {
 		start = "(" + after.String()
@@ -153,7 +155,7 @@ func (l *RedisReplayLog) Since(ctx context.Context, session string, after Positi
 	if err != nil {
 		return nil, false, fmt.Errorf("session: since %q: %w", session, err)
 	}
-	events := make([]Event, 0, len(entries))
+	events := make([]agent.Event, 0, len(entries))
 	for _, e := range entries {
 		ev, err := parseEntry(session, e)
 		if err != nil {
@@ -164,53 +166,53 @@ func (l *RedisReplayLog) Since(ctx context.Context, session string, after Positi
 	return events, !after.Less(floor), nil
 }
 
-// Top implements ReplayLog: the id of the stream's last entry (one
+// Top implements session.ReplayLog: the id of the stream's last entry (one
 // XREVRANGE).
-func (l *RedisReplayLog) Top(ctx context.Context, session string) (Position, bool, error) {
+func (l *ReplayLog) Top(ctx context.Context, session string) (agent.Position, bool, error) {
 	entries, err := l.client.XRevRangeN(ctx, l.Key(session), "+", "-", 1).Result()
 	if err != nil {
-		return Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
+		return agent.Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
 	}
 	if len(entries) == 0 {
-		return Position{}, false, nil
+		return agent.Position{}, false, nil
 	}
 	p, err := parseStreamID(entries[0].ID)
 	if err != nil {
-		return Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
+		return agent.Position{}, false, fmt.Errorf("session: top %q: %w", session, err)
 	}
 	return p, true, nil
 }
 
-func parseSinceReply(res any) (Position, []any, error) {
+func parseSinceReply(res any) (agent.Position, []any, error) {
 	parts, ok := res.([]any)
 	if !ok || len(parts) != 2 {
-		return Position{}, nil, fmt.Errorf("unexpected reply %T", res)
+		return agent.Position{}, nil, fmt.Errorf("unexpected reply %T", res)
 	}
 	id, _ := parts[0].(string)
 	floor, err := parseStreamID(id)
 	if err != nil {
-		return Position{}, nil, err
+		return agent.Position{}, nil, err
 	}
 	entries, ok := parts[1].([]any)
 	if !ok {
-		return Position{}, nil, fmt.Errorf("unexpected entries %T", parts[1])
+		return agent.Position{}, nil, fmt.Errorf("unexpected entries %T", parts[1])
 	}
 	return floor, entries, nil
 }
 
 // parseEntry decodes one XRANGE entry: [id, [field, value, ...]].
-func parseEntry(session string, raw any) (Event, error) {
+func parseEntry(session string, raw any) (agent.Event, error) {
 	e, ok := raw.([]any)
 	if !ok || len(e) != 2 {
-		return Event{}, fmt.Errorf("unexpected entry %T", raw)
+		return agent.Event{}, fmt.Errorf("unexpected entry %T", raw)
 	}
 	id, _ := e[0].(string)
 	p, err := parseStreamID(id)
 	if err != nil {
-		return Event{}, err
+		return agent.Event{}, err
 	}
 	fields, _ := e[1].([]any)
-	ev := Event{Session: session, Epoch: p.Epoch, Seq: p.Seq}
+	ev := agent.Event{Session: session, Epoch: p.Epoch, Seq: p.Seq}
 	for i := 0; i+1 < len(fields); i += 2 {
 		k, _ := fields[i].(string)
 		v, _ := fields[i+1].(string)
@@ -223,12 +225,12 @@ func parseEntry(session string, raw any) (Event, error) {
 			}
 		case "a":
 			if ev.At, err = time.Parse(time.RFC3339Nano, v); err != nil {
-				return Event{}, fmt.Errorf("entry %s: time: %w", id, err)
+				return agent.Event{}, fmt.Errorf("entry %s: time: %w", id, err)
 			}
 		case "p":
 			prev, err := parseStreamID(v)
 			if err != nil {
-				return Event{}, fmt.Errorf("entry %s: prev: %w", id, err)
+				return agent.Event{}, fmt.Errorf("entry %s: prev: %w", id, err)
 			}
 			ev.Prev = &prev
 		}
@@ -237,14 +239,14 @@ func parseEntry(session string, raw any) (Event, error) {
 }
 
 // parseStreamID parses a stream id "E-S" into a position.
-func parseStreamID(id string) (Position, error) {
+func parseStreamID(id string) (agent.Position, error) {
 	e, s, ok := strings.Cut(id, "-")
 	if ok {
 		epoch, err1 := strconv.ParseInt(e, 10, 64)
 		seq, err2 := strconv.ParseInt(s, 10, 64)
 		if err1 == nil && err2 == nil {
-			return Position{Epoch: epoch, Seq: seq}, nil
+			return agent.Position{Epoch: epoch, Seq: seq}, nil
 		}
 	}
-	return Position{}, fmt.Errorf("bad stream id %q", id)
+	return agent.Position{}, fmt.Errorf("bad stream id %q", id)
 }

@@ -1,4 +1,4 @@
-package session
+package pgstore
 
 import (
 	"context"
@@ -11,25 +11,28 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/relaygw/relay/agent"
+	"github.com/relaygw/relay/session"
 )
 
-// PostgresSessionStore is the cluster SessionStore, on the tables of
+// SessionStore is the cluster session.SessionStore, on the tables of
 // migrations/00003 to 00006 (session_state, session_inbox, session_history,
 // session_keys). Every write is ONE statement whose first step is the fence
 // (an UPDATE of the session_state row that lands only if the stored epoch
 // is not ahead of the writer's); the other steps read the fence's row, so a
 // fenced write changes nothing and comes back as ErrFenced. Key ages are
 // measured on the database's clock. Safe for concurrent use.
-type PostgresSessionStore struct {
+type SessionStore struct {
 	pool *pgxpool.Pool
 }
 
-var _ SessionStore = (*PostgresSessionStore)(nil)
+var _ session.SessionStore = (*SessionStore)(nil)
 
-// NewPostgresSessionStore returns a session store on pool. The pool's
+// NewSessionStore returns a session store on pool. The pool's
 // connections must resolve the session_* tables (search_path).
-func NewPostgresSessionStore(pool *pgxpool.Pool) *PostgresSessionStore {
-	return &PostgresSessionStore{pool: pool}
+func NewSessionStore(pool *pgxpool.Pool) *SessionStore {
+	return &SessionStore{pool: pool}
 }
 
 // thawFenceSQL: $1 key, $2 epoch. No row back: fenced.
@@ -115,18 +118,18 @@ SELECT count(*) FROM f`
 
 const stateSQL = `SELECT epoch, seq, history_n, double_texting FROM session_state WHERE key = $1`
 
-// Thaw implements SessionStore: the fence statement, then one batch of
+// Thaw implements session.SessionStore: the fence statement, then one batch of
 // reads (inbox, history window, keys). The reads follow the fence's
 // commit, so they see every write that landed before it, and every later
 // write of an older epoch is fenced.
-func (s *PostgresSessionStore) Thaw(ctx context.Context, key string, epoch int64, q ThawQuery) (Thawed, error) {
-	var th Thawed
+func (s *SessionStore) Thaw(ctx context.Context, key string, epoch int64, q session.ThawQuery) (session.Thawed, error) {
+	var th session.Thawed
 	err := s.pool.QueryRow(ctx, thawFenceSQL, key, epoch).Scan(&th.Seq, &th.FromEpoch, &th.DoubleTexting)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Thawed{}, fmt.Errorf("session: thaw %q epoch %d: %w", key, epoch, ErrFenced)
+		return session.Thawed{}, fmt.Errorf("session: thaw %q epoch %d: %w", key, epoch, session.ErrFenced)
 	}
 	if err != nil {
-		return Thawed{}, fmt.Errorf("session: thaw %q: %w", key, err)
+		return session.Thawed{}, fmt.Errorf("session: thaw %q: %w", key, err)
 	}
 	b := &pgx.Batch{}
 	b.Queue(inboxSQL, key)
@@ -135,15 +138,15 @@ func (s *PostgresSessionStore) Thaw(ctx context.Context, key string, epoch int64
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	if th.Inbox, err = scanInbox(br.Query()); err != nil {
-		return Thawed{}, fmt.Errorf("session: thaw %q: inbox: %w", key, err)
+		return session.Thawed{}, fmt.Errorf("session: thaw %q: inbox: %w", key, err)
 	}
 	if th.History, err = scanHistory(br.Query()); err != nil {
-		return Thawed{}, fmt.Errorf("session: thaw %q: history: %w", key, err)
+		return session.Thawed{}, fmt.Errorf("session: thaw %q: history: %w", key, err)
 	}
 	rows, err := br.Query()
 	if err == nil {
-		th.Keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (KeyRecord, error) {
-			var k KeyRecord
+		th.Keys, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (session.KeyRecord, error) {
+			var k session.KeyRecord
 			var hash []byte
 			var ageMicros int64
 			err := r.Scan(&k.Key, &k.Epoch, &k.Seq, &hash, &ageMicros)
@@ -153,7 +156,7 @@ func (s *PostgresSessionStore) Thaw(ctx context.Context, key string, epoch int64
 		})
 	}
 	if err != nil {
-		return Thawed{}, fmt.Errorf("session: thaw %q: keys: %w", key, err)
+		return session.Thawed{}, fmt.Errorf("session: thaw %q: keys: %w", key, err)
 	}
 	for i, j := 0, len(th.Keys)-1; i < j; i, j = i+1, j-1 {
 		th.Keys[i], th.Keys[j] = th.Keys[j], th.Keys[i]
@@ -161,8 +164,8 @@ func (s *PostgresSessionStore) Thaw(ctx context.Context, key string, epoch int64
 	return th, nil
 }
 
-// Accept implements SessionStore (one statement).
-func (s *PostgresSessionStore) Accept(ctx context.Context, key string, epoch int64, in InboxEntry, keyTTL time.Duration) error {
+// Accept implements session.SessionStore (one statement).
+func (s *SessionStore) Accept(ctx context.Context, key string, epoch int64, in session.InboxEntry, keyTTL time.Duration) error {
 	var hash []byte
 	if in.BodyHash != ([32]byte{}) {
 		hash = in.BodyHash[:]
@@ -180,14 +183,14 @@ func (s *PostgresSessionStore) Accept(ctx context.Context, key string, epoch int
 		return fmt.Errorf("session: accept %q at %d-%d: %w", key, in.Epoch, in.Seq, writeErr(err))
 	}
 	if n == 0 {
-		return fmt.Errorf("session: accept %q epoch %d: %w", key, epoch, ErrFenced)
+		return fmt.Errorf("session: accept %q epoch %d: %w", key, epoch, session.ErrFenced)
 	}
 	return nil
 }
 
-// CompleteTurn implements SessionStore (one statement; its cost depends on
+// CompleteTurn implements session.SessionStore (one statement; its cost depends on
 // the turn's messages only, not on the history's length).
-func (s *PostgresSessionStore) CompleteTurn(ctx context.Context, key string, epoch int64, t TurnRecord) error {
+func (s *SessionStore) CompleteTurn(ctx context.Context, key string, epoch int64, t session.TurnRecord) error {
 	roles := make([]string, len(t.Messages))
 	contents := make([][]byte, len(t.Messages))
 	stopped := make([]bool, len(t.Messages))
@@ -200,20 +203,20 @@ func (s *PostgresSessionStore) CompleteTurn(ctx context.Context, key string, epo
 		return fmt.Errorf("session: complete turn %q at %v: %w", key, t.Input, writeErr(err))
 	}
 	if n == 0 {
-		return fmt.Errorf("session: complete turn %q epoch %d: %w", key, epoch, ErrFenced)
+		return fmt.Errorf("session: complete turn %q epoch %d: %w", key, epoch, session.ErrFenced)
 	}
 	return nil
 }
 
-// StartTurn implements SessionStore (one statement).
-func (s *PostgresSessionStore) StartTurn(ctx context.Context, key string, epoch int64, input Position, attempt int) error {
+// StartTurn implements session.SessionStore (one statement).
+func (s *SessionStore) StartTurn(ctx context.Context, key string, epoch int64, input agent.Position, attempt int) error {
 	var n int64
 	err := s.pool.QueryRow(ctx, startTurnSQL, key, epoch, input.Epoch, input.Seq, attempt).Scan(&n)
 	if err != nil {
 		return fmt.Errorf("session: start turn %q at %v: %w", key, input, writeErr(err))
 	}
 	if n == 0 {
-		return fmt.Errorf("session: start turn %q epoch %d: %w", key, epoch, ErrFenced)
+		return fmt.Errorf("session: start turn %q epoch %d: %w", key, epoch, session.ErrFenced)
 	}
 	return nil
 }
@@ -223,25 +226,25 @@ const lookupKeySQL = `
 SELECT epoch, seq, body_hash, (extract(epoch FROM now() - accepted_at) * 1e6)::bigint
 FROM session_keys WHERE key = $1 AND idem_key = $2 AND accepted_at > now() - $3::interval`
 
-// LookupKey implements SessionStore (one indexed read).
-func (s *PostgresSessionStore) LookupKey(ctx context.Context, key, idemKey string, keyTTL time.Duration) (KeyRecord, bool, error) {
-	rec := KeyRecord{Key: idemKey}
+// LookupKey implements session.SessionStore (one indexed read).
+func (s *SessionStore) LookupKey(ctx context.Context, key, idemKey string, keyTTL time.Duration) (session.KeyRecord, bool, error) {
+	rec := session.KeyRecord{Key: idemKey}
 	var hash []byte
 	var ageMicros int64
 	err := s.pool.QueryRow(ctx, lookupKeySQL, key, idemKey, keyTTL).Scan(&rec.Epoch, &rec.Seq, &hash, &ageMicros)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return KeyRecord{}, false, nil
+		return session.KeyRecord{}, false, nil
 	}
 	if err != nil {
-		return KeyRecord{}, false, fmt.Errorf("session: look up key of %q: %w", key, err)
+		return session.KeyRecord{}, false, fmt.Errorf("session: look up key of %q: %w", key, err)
 	}
 	copy(rec.BodyHash[:], hash)
 	rec.Age = time.Duration(ageMicros) * time.Microsecond
 	return rec, true, nil
 }
 
-// Unfinished implements SessionStore.
-func (s *PostgresSessionStore) Unfinished(ctx context.Context, limit int) ([]string, error) {
+// Unfinished implements session.SessionStore.
+func (s *SessionStore) Unfinished(ctx context.Context, limit int) ([]string, error) {
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT key FROM session_inbox LIMIT $1`, max(limit, 0))
 	if err == nil {
 		var keys []string
@@ -253,8 +256,8 @@ func (s *PostgresSessionStore) Unfinished(ctx context.Context, limit int) ([]str
 	return nil, fmt.Errorf("session: unfinished sessions: %w", err)
 }
 
-// Read implements SessionStore (one batch of reads).
-func (s *PostgresSessionStore) Read(ctx context.Context, key string, q HistoryQuery) (StoredSession, bool, error) {
+// Read implements session.SessionStore (one batch of reads).
+func (s *SessionStore) Read(ctx context.Context, key string, q session.HistoryQuery) (session.StoredSession, bool, error) {
 	before := q.Before
 	if before <= 0 {
 		before = math.MaxInt64
@@ -265,19 +268,19 @@ func (s *PostgresSessionStore) Read(ctx context.Context, key string, q HistoryQu
 	b.Queue(historySQL, key, before, max(q.Limit, 0))
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	var st StoredSession
+	var st session.StoredSession
 	err := br.QueryRow().Scan(&st.Epoch, &st.Seq, &st.Total, &st.DoubleTexting)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return StoredSession{}, false, nil
+		return session.StoredSession{}, false, nil
 	}
 	if err != nil {
-		return StoredSession{}, false, fmt.Errorf("session: read %q: %w", key, err)
+		return session.StoredSession{}, false, fmt.Errorf("session: read %q: %w", key, err)
 	}
 	if st.Inbox, err = scanInbox(br.Query()); err != nil {
-		return StoredSession{}, false, fmt.Errorf("session: read %q: inbox: %w", key, err)
+		return session.StoredSession{}, false, fmt.Errorf("session: read %q: inbox: %w", key, err)
 	}
 	if st.History, err = scanHistory(br.Query()); err != nil {
-		return StoredSession{}, false, fmt.Errorf("session: read %q: history: %w", key, err)
+		return session.StoredSession{}, false, fmt.Errorf("session: read %q: history: %w", key, err)
 	}
 	return st, true, nil
 }
@@ -293,15 +296,15 @@ func writeErr(err error) error {
 	if errors.As(err, &pgErr) || errors.As(err, &connErr) || pgconn.SafeToRetry(err) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	return fmt.Errorf("%w: %w", session.ErrOutcomeUnknown, err)
 }
 
-func scanInbox(rows pgx.Rows, err error) ([]InboxEntry, error) {
+func scanInbox(rows pgx.Rows, err error) ([]session.InboxEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (InboxEntry, error) {
-		var e InboxEntry
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (session.InboxEntry, error) {
+		var e session.InboxEntry
 		var hash, typ, data []byte
 		if err := r.Scan(&e.Epoch, &e.Seq, &e.Input.IdempotencyKey, &hash, &typ, &data, &e.Attempts); err != nil {
 			return e, err
@@ -313,12 +316,12 @@ func scanInbox(rows pgx.Rows, err error) ([]InboxEntry, error) {
 }
 
 // scanHistory reads newest-first rows and returns them oldest first.
-func scanHistory(rows pgx.Rows, err error) ([]StoredMessage, error) {
+func scanHistory(rows pgx.Rows, err error) ([]session.StoredMessage, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (StoredMessage, error) {
-		var m StoredMessage
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (session.StoredMessage, error) {
+		var m session.StoredMessage
 		var content []byte
 		err := r.Scan(&m.N, &m.Turn.Epoch, &m.Turn.Seq, &m.Role, &content, &m.Stopped)
 		m.Content = string(content)

@@ -1,4 +1,4 @@
-package session_test
+package pgstore_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/relaygw/relay/internal/testenv"
 	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
 	"github.com/relaygw/relay/session/storetest"
 )
 
@@ -42,7 +43,7 @@ func TestPostgresLeaseStore(t *testing.T) {
 	storetest.LeaseStoreSuite(t, func(t *testing.T) storetest.LeaseFixture {
 		pool := testenv.Postgres(t)
 		return storetest.LeaseFixture{
-			Store:   session.NewPostgresLeaseStore(pool),
+			Store:   pgstore.NewLeaseStore(pool),
 			Advance: func(t *testing.T, d time.Duration) { shiftLeases(t, pool, "", d) },
 		}
 	})
@@ -52,7 +53,7 @@ const testTTL = 15 * time.Second
 
 func TestPostgresClaimNoRow(t *testing.T) {
 	pool := testenv.Postgres(t)
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	l, err := s.Claim(context.Background(), "k", "a/1", testTTL)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func TestPostgresClaimNoRow(t *testing.T) {
 
 func TestPostgresClaimOwnLiveRowExtendsSameEpoch(t *testing.T) {
 	pool := testenv.Postgres(t)
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	ctx := context.Background()
 	if _, err := s.Claim(ctx, "k", "a/1", testTTL); err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func TestPostgresClaimOwnLiveRowExtendsSameEpoch(t *testing.T) {
 
 func TestPostgresClaimOthersExpiredRowTakesOver(t *testing.T) {
 	pool := testenv.Postgres(t)
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "INSERT INTO agent_leases VALUES ('k', 'a/1', 7, now() - interval '1 millisecond')"); err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestPostgresClaimOthersExpiredRowTakesOver(t *testing.T) {
 
 func TestPostgresClaimOthersLiveRowReportsHolder(t *testing.T) {
 	pool := testenv.Postgres(t)
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "INSERT INTO agent_leases VALUES ('k', 'a/1', 3, now() + interval '42 seconds')"); err != nil {
 		t.Fatal(err)
@@ -143,7 +144,7 @@ func TestPostgresClaimOthersLiveRowReportsHolder(t *testing.T) {
 
 func TestPostgresRelease(t *testing.T) {
 	pool := testenv.Postgres(t)
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	ctx := context.Background()
 	l, err := s.Claim(ctx, "k", "a/1", testTTL)
 	if err != nil {
@@ -169,7 +170,7 @@ func TestPostgresRelease(t *testing.T) {
 
 func TestPostgresRestartedNodeCannotExtendOldIncarnation(t *testing.T) {
 	pool := testenv.Postgres(t)
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	ctx := context.Background()
 	if _, err := s.Claim(ctx, "k", "node-a/7f3e", testTTL); err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestPostgresRestartedNodeCannotExtendOldIncarnation(t *testing.T) {
 // that owner.
 func TestPostgresClaimStorm(t *testing.T) {
 	pool := testenv.Postgres(t)
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	ctx := context.Background()
 	const goroutines, owners, rounds = 50, 5, 6
 	for round := int64(1); round <= rounds; round++ {
@@ -252,7 +253,7 @@ func TestPostgresClaimStorm(t *testing.T) {
 
 func BenchmarkPostgresClaim(b *testing.B) {
 	pool := testenv.Postgres(b)
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	ctx := context.Background()
 	b.Run("extend", func(b *testing.B) {
 		for b.Loop() {

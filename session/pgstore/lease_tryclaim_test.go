@@ -1,4 +1,4 @@
-package session_test
+package pgstore_test
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/relaygw/relay/internal/testenv"
-	"github.com/relaygw/relay/session"
+	"github.com/relaygw/relay/session/pgstore"
 )
 
 // TryClaim reports whether the store would accept a claim and changes
@@ -16,7 +16,7 @@ import (
 func TestPostgresTryClaimChangesNothing(t *testing.T) {
 	pool := testenv.Postgres(t)
 	ctx := context.Background()
-	s := session.NewPostgresLeaseStore(pool)
+	s := pgstore.NewLeaseStore(pool)
 	if err := s.TryClaim(ctx, "new", "a/1", testTTL); err != nil {
 		t.Fatal(err)
 	}
