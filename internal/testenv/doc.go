@@ -30,8 +30,12 @@ import (
 func SkipIfShort(t testing.TB, service string) {
 	t.Helper()
 	if testing.Short() {
-		t.Skipf("testenv: needs %s (skipped under -short; run without -short with the services up, see make services)", service)
+		t.Skip(skipMessage(service))
 	}
+}
+
+func skipMessage(service string) string {
+	return "testenv: needs " + service + " (skipped under -short; run without -short with the services up, see make services)"
 }
 
 func env(name, def string) string {
