@@ -1,12 +1,14 @@
 # Relay gateway. `make run` starts one node on its embedded default (no external
-# services); `make test` runs every test (CI runs exactly that).
+# services); `make test` runs every test (CI runs exactly that); CONTRIBUTING.md
+# describes the test tiers (test-short, test, fuzz, chaos).
 SHELL := /bin/bash
 GO ?= go
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME ?= 5s
 PKGS := ./...
+GOTESTSUM := gotest.tools/gotestsum@v1.13.0
 
-.PHONY: run build web test lint unit fuzz e2e chromium services bench chaos load cluster load-cluster check-image check-k8s kubeconform clean
+.PHONY: run build web test test-short lint unit fuzz e2e chromium services bench chaos load cluster load-cluster check-image check-k8s kubeconform clean
 
 # One line per step (`-->`): npm packages (first run only), web bundle, Go
 # modules, compile, start. Ctrl-C stops the node with exit status 0
@@ -30,9 +32,15 @@ web: node_modules
 	@npm run --silent build:web
 
 # Every test: lint, Go unit and integration tests with the race detector
-# (real Postgres, Redis and NATS), short fuzz runs, and the end-to-end suite
-# with the official phoenix client against real gateway processes.
-test: services lint unit fuzz e2e
+# (real Postgres, Redis and NATS; every fuzz target's seed corpus runs as an
+# ordinary test), and the end-to-end suite with the official phoenix client
+# against real gateway processes. Timed fuzzing is `make fuzz`.
+test: services lint unit e2e
+
+# The services-free tier: no Postgres, Redis or NATS needed; every test that
+# needs one skips under -short with a message naming it.
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
 
 services:
 	@scripts/services.sh
@@ -45,11 +53,20 @@ lint:
 	@scripts/lint-refs.sh --self-test
 	@scripts/lint-refs.sh
 
+# Go tests with the race detector, through gotestsum: one line per package with
+# its result and time, a failing test's output in full at the end. The chaos
+# package (minutes, mostly waiting on real gateway processes) runs beside the
+# others and prints one line per test and per checker seed as each finishes.
+UNITFLAGS := -race -count=1 -timeout 15m
 unit:
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+	@$(GO) run $(GOTESTSUM) --format testname -- $(UNITFLAGS) ./chaos/ & chaos=$$!; \
+	$(GO) run $(GOTESTSUM) --format pkgname-and-test-fails -- $(UNITFLAGS) $$($(GO) list $(PKGS) | grep -v '/chaos$$'); rest=$$?; \
+	wait $$chaos; chaos=$$?; \
+	[ $$rest -eq 0 ] && [ $$chaos -eq 0 ] || { echo "unit: failed (packages $$rest, chaos $$chaos)"; exit 1; }
 
-# Short runs of every fuzz target, one after the other; each package's test
-# binary is built once (scripts/fuzz.sh).
+# Timed runs of every fuzz target (FUZZTIME each, a duration or a count such
+# as 20000x), one after the other; each package's test binary is built once
+# (scripts/fuzz.sh). Not part of `make test`, which runs the seed corpora.
 fuzz:
 	@scripts/fuzz.sh $(FUZZTIME)
 

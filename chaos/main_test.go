@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,10 +13,16 @@ import (
 	"go.uber.org/goleak"
 )
 
-// gatewayBin is the binary built once for the whole package.
+// gatewayBin is the binary built once for the whole package; under -short
+// it is not built (every test that runs it needs the services, and skips).
 var gatewayBin string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		goleak.VerifyTestMain(m)
+		return
+	}
 	dir, err := os.MkdirTemp("", "relay-chaos-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)

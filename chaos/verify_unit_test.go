@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/internal/phxtest"
@@ -217,6 +218,27 @@ func TestScheduleIsSeeded(t *testing.T) {
 	}
 	if fmt.Sprint(newSchedule(1, 8, 3, ttl)) == fmt.Sprint(newSchedule(2, 8, 3, ttl)) {
 		t.Error("seeds 1 and 2 give the same schedule")
+	}
+}
+
+// TestCheckerSeedsCoverEveryFault: the few seeds make test runs apply,
+// between them, every fault kind of the schedule.
+func TestCheckerSeedsCoverEveryFault(t *testing.T) {
+	cfg := defaultCheckerConfig
+	ttl, err := time.ParseDuration(cfg.Env["LEASE_TTL"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[faultKind]bool{}
+	for _, seed := range checkerSeeds {
+		for _, f := range newSchedule(seed, cfg.Faults, cfg.Nodes, ttl).Faults {
+			seen[f.Kind] = true
+		}
+	}
+	for _, k := range faultKinds {
+		if !seen[k] {
+			t.Errorf("no schedule of seeds %v applies %s", checkerSeeds, k)
+		}
 	}
 }
 

@@ -212,6 +212,35 @@ func (c *cluster) waitReady(names ...string) {
 	}
 }
 
+// waitSettled is waitReady plus: no listed node still owes a peer its
+// snapshot round. Ready does not wait for the rounds that carried the view
+// to be acknowledged (a node turns ready on agreed views while its round to
+// a peer is still in flight), and a round that fails toward a member resets
+// the coordinator, which fails a parked join with ErrRestarted. A test that
+// kills a node and expects one specific error from work in flight starts
+// from here, not from waitReady.
+func (c *cluster) waitSettled(names ...string) {
+	c.t.Helper()
+	c.waitReady(names...)
+	deadline := time.Now().Add(60 * time.Second) // a hang guard, as in waitReady
+	for {
+		var owed []string
+		for _, n := range names {
+			for _, o := range c.node(n).Owed() {
+				owed = append(owed, n+"->"+o)
+			}
+		}
+		if len(owed) == 0 {
+			c.waitReady(names...)
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("cluster %v: snapshot rounds never acknowledged: %v", names, owed)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // groupRoutedTo finds a group name that routes to want under members, and
 // (if alsoUnder is non-nil) to alsoWant under alsoUnder.
 func groupRoutedTo(prefix string, members []string, want string, alsoUnder []string, alsoWant string) string {

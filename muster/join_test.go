@@ -23,7 +23,8 @@ func releaser(c *cluster) (trace.Matcher, func()) {
 	return trace.Kind("test_release", "id", id), func() { c.tr.Emit("test_release", "id", id) }
 }
 
-// twoNodes starts a and b, ready, and returns a group routed to b.
+// twoNodes starts a and b, ready with their snapshot rounds acknowledged
+// (waitSettled), and returns a group routed to b.
 func twoNodes(t *testing.T, mods ...func(string, *muster.Config)) (*cluster, string) {
 	c := newCluster(t, 1)
 	if len(mods) > 0 {
@@ -31,7 +32,7 @@ func twoNodes(t *testing.T, mods ...func(string, *muster.Config)) (*cluster, str
 	}
 	c.add("a")
 	c.add("b")
-	c.waitReady("a", "b")
+	c.waitSettled("a", "b")
 	return c, groupRoutedTo("g", []string{"a", "b"}, "b", nil, "")
 }
 

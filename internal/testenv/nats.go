@@ -26,6 +26,7 @@ func NATS(t testing.TB) (*nats.Conn, string) {
 // when the test ends. Use one per simulated node.
 func NATSConn(t testing.TB, opts ...nats.Option) *nats.Conn {
 	t.Helper()
+	SkipIfShort(t, "NATS")
 	opts = append([]nats.Option{nats.Name(t.Name()), nats.Timeout(5 * time.Second)}, opts...)
 	nc, err := nats.Connect(NATSURL(), opts...)
 	if err != nil {

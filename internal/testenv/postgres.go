@@ -23,6 +23,7 @@ func DatabaseURL() string { return env("TEST_DATABASE_URL", DefaultDatabaseURL) 
 // migrations applied. The schema is dropped when the test ends.
 func Postgres(t testing.TB) *pgxpool.Pool {
 	t.Helper()
+	SkipIfShort(t, "Postgres")
 	pool, schema := PostgresSchema(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -38,6 +39,7 @@ func Postgres(t testing.TB) *pgxpool.Pool {
 // test ends.
 func PostgresSchema(t testing.TB) (*pgxpool.Pool, string) {
 	t.Helper()
+	SkipIfShort(t, "Postgres")
 	schema := uniqueName("t_", t.Name())
 	cfg, err := pgxpool.ParseConfig(DatabaseURL())
 	if err != nil {
@@ -69,6 +71,7 @@ func PostgresSchema(t testing.TB) (*pgxpool.Pool, string) {
 // The schema is dropped when the test ends.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
+	SkipIfShort(t, "Postgres")
 	pool := Postgres(t)
 	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
 	u, err := url.Parse(DatabaseURL())

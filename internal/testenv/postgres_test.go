@@ -23,6 +23,7 @@ func schemaExists(t *testing.T, schema string) bool {
 }
 
 func TestPostgresIsolatedSchemaDroppedAtCleanup(t *testing.T) {
+	SkipIfShort(t, "Postgres")
 	var schema string
 	t.Run("inner", func(t *testing.T) {
 		pool := Postgres(t)

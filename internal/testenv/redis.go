@@ -19,6 +19,7 @@ func RedisServerURL() string { return env("TEST_REDIS_URL", DefaultRedisURL) }
 // prefix is deleted and the client is closed.
 func Redis(t testing.TB) (redis.UniversalClient, string) {
 	t.Helper()
+	SkipIfShort(t, "Redis")
 	client := redisClient(t)
 	prefix := RedisPrefix(t, client)
 	return client, prefix
@@ -29,6 +30,7 @@ func Redis(t testing.TB) (redis.UniversalClient, string) {
 // processes that take a prefix as configuration.
 func RedisPrefix(t testing.TB, client redis.UniversalClient) string {
 	t.Helper()
+	SkipIfShort(t, "Redis")
 	prefix := "test:" + uniqueName("", t.Name()) + ":"
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
