@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
-	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
 	"github.com/relaygw/relay/internal/trace"
 )
 

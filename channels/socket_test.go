@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
-	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
 	"github.com/relaygw/relay/internal/trace"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // checkerSeeds are the seeds of the checker's runs in make test: two, whose

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // controlReply is one answer of a turn-control request.

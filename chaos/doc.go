@@ -18,5 +18,5 @@
 // The package holds only tests and benchmarks. `go test ./chaos/` builds
 // bin/gateway itself (with -race when the tests run with -race) into a
 // temporary directory; Postgres, Redis and NATS must be running (see
-// internal/testenv).
+// internal/testkit/testenv).
 package chaos

@@ -8,8 +8,8 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // waitClosed reads s until the node closes it and returns the close code.

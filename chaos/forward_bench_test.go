@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // BenchmarkForwardedVsLocal measures one event POST, answered at

@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/session/redisstore"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // TestIdempotencyKeysAcrossTakeover: keys live in the checkpoint, so a POST

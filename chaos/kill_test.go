@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // waitLogged polls the replay log until it holds an event matching ok.

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 	"go.uber.org/goleak"
 )
 

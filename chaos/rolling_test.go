@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // TestRollingRestart restarts three nodes one after the other (SIGTERM,

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/proctest"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/proctest"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 )
 
 // faultKind names one fault the schedule applies to one node.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // fakeRun builds the data of a clean run on one session "s": keys k1 and k2

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // answerKind classifies one answer to an event POST by what it tells the

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
 )
 
 // TestConfigAgentOpenAI: AGENT=openai without OPENAI_BASE_URL or

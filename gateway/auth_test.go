@@ -7,7 +7,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/golang-jwt/jwt/v5"
-	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
 )
 
 // TestParseTokenRequiresExpiry: a token without exp, an expired one and one

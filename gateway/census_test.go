@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
 	"github.com/relaygw/relay/internal/trace"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
 )
 
 // TestJoinWithCursorAheadOfLogGetsLiveEvents: a join whose last_event is

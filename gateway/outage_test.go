@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/internal/trace"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
-	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 )
 
 // The readiness state machine: one failing round does not turn a ready

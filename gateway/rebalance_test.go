@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"go.uber.org/zap/zaptest"

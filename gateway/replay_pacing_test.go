@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
 )
 
 // TestReplayBiggerThanSocketQueueReachesReader: the replay log holds 250

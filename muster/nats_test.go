@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/natstransport"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/muster/natstransport"
 	"github.com/relaygw/relay/presence"
 )

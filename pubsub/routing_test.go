@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/natstransport"
 	"github.com/relaygw/relay/pubsub"

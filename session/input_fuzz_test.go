@@ -12,7 +12,7 @@ import (
 
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/gateway"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/pgstore"
 )

@@ -11,7 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/redisstore"
 )

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/pgstore"
 	"github.com/relaygw/relay/session/redisstore"

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/agent"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/pgstore"
 	"github.com/relaygw/relay/session/redisstore"

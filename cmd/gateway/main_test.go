@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/gateway"
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // TestRefusesConfigsThatBreakGuarantees runs the real binary with each

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/gateway"
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 )
 
 // A minted token verifies with the same secret, carries the sub and

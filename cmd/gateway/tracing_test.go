@@ -14,8 +14,8 @@ import (
 
 	"github.com/relaygw/relay/agent"
 	"github.com/relaygw/relay/gateway"
-	"github.com/relaygw/relay/internal/phxtest"
-	"github.com/relaygw/relay/internal/proctest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
+	"github.com/relaygw/relay/internal/testkit/proctest"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/memnet/transporttest"
 	"github.com/relaygw/relay/muster/natstransport"

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"pgregory.net/rapid"
 
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/session"
 	"github.com/relaygw/relay/session/pgstore"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/session/pgstore"
 	"github.com/relaygw/relay/session/storetest"
 )

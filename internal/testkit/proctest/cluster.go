@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/relaygw/relay/gateway"
-	"github.com/relaygw/relay/internal/testenv"
+	"github.com/relaygw/relay/internal/testkit/testenv"
 )
 
 // Cluster is a set of gateway nodes of one test sharing one environment:

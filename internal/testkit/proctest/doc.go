@@ -8,5 +8,5 @@
 //
 // It also carries an HTTP client for the event API that can follow retry
 // directives (Client.Deliver). The Phoenix socket client is
-// internal/phxtest.
+// internal/testkit/phxtest.
 package proctest

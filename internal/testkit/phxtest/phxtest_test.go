@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/coder/websocket"
-	"github.com/relaygw/relay/internal/phxtest"
+	"github.com/relaygw/relay/internal/testkit/phxtest"
 )
 
 // server is a scripted V2 peer: it answers phx_join, heartbeat and the
