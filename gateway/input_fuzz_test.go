@@ -1,4 +1,4 @@
-package session_test
+package gateway_test
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ import (
 	"github.com/relaygw/relay/session/pgstore"
 )
 
-// FuzzInputCheckpoints: whatever the input decoder (gateway.DecodeInput, the
-// one parser of HTTP bodies and channel pushes) accepts can be stored by the
+// FuzzInputCheckpoints: whatever the input decoder (DecodeInput, the one
+// parser of HTTP bodies and channel pushes) accepts can be stored by the
 // memory and the Postgres session stores, and reads back equal: accepted
 // into the inbox, it thaws with the same type, idempotency key and body hash
 // and data equal as JSON; its turn completed, the history holds the user's
