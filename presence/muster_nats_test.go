@@ -1,10 +1,11 @@
-package muster_test
+package presence_test
 
 import (
 	"context"
 	"fmt"
 	"maps"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,24 +17,25 @@ import (
 	"github.com/relaygw/relay/presence"
 )
 
-// natsNode is one simulated node on the real NATS server: a Muster scope and
-// a Census, each on its own connection and transport.
-type natsNode struct {
+// musterNATSNode is one simulated node on the real NATS server: a Muster
+// scope and a Census, each on its own connection and transport.
+type musterNATSNode struct {
 	scope  *muster.Scope
 	census *presence.Census
 }
 
-// TestOverRealNATS (acceptance 3): three nodes converge over NATS; a fourth
+// TestMusterOverRealNATS: Muster and the Census, its user in this package,
+// side by side on every node. Three nodes converge over NATS; a fourth
 // joins and about a quarter of the groups move router; one node is killed
 // and the rest re-converge by failure detection; routed targets are exact
 // throughout, and Census counts agree within one interval.
-func TestOverRealNATS(t *testing.T) {
+func TestMusterOverRealNATS(t *testing.T) {
 	prefix := testenv.NATSPrefix(t)
 	tr := trace.New()
 	const censusInterval = 100 * time.Millisecond
-	nodes := map[string]*natsNode{}
+	nodes := map[string]*musterNATSNode{}
 	start := func(name string) {
-		cfg := fastConfig()
+		cfg := musterTestConfig()
 		cfg.Node = name
 		cfg.Tracer = tr
 		cfg.PingInterval = 50 * time.Millisecond
@@ -51,10 +53,10 @@ func TestOverRealNATS(t *testing.T) {
 			Transport:         natstransport.New(testenv.NATSConn(t), natstransport.Config{Prefix: prefix, Scope: "census", Node: name}),
 			BroadcastInterval: censusInterval,
 		})
-		if err := cen.Start(ctxT(t)); err != nil {
+		if err := cen.Start(musterCtx(t)); err != nil {
 			t.Fatal(err)
 		}
-		nodes[name] = &natsNode{s, cen}
+		nodes[name] = &musterNATSNode{s, cen}
 		t.Cleanup(func() { cen.Stop(); _ = s.Close() })
 	}
 	names := func() []string {
@@ -65,7 +67,7 @@ func TestOverRealNATS(t *testing.T) {
 	waitReady := func() {
 		t.Helper()
 		want := names()
-		eventually(t, 20*time.Second, fmt.Sprintf("%v ready over NATS", want), func() bool {
+		waitUntil(t, 20*time.Second, fmt.Sprintf("%v ready over NATS", want), func() bool {
 			h := nodes[want[0]].scope.ViewHash()
 			for _, n := range want {
 				s := nodes[n].scope
@@ -80,7 +82,7 @@ func TestOverRealNATS(t *testing.T) {
 	holders := map[string][]string{}
 	join := func(node, g string) {
 		t.Helper()
-		if err := nodes[node].scope.Join(ctxT(t), g, newMember()); err != nil {
+		if err := nodes[node].scope.Join(musterCtx(t), g, newMusterMember()); err != nil {
 			t.Fatal(err)
 		}
 		nodes[node].census.Inc(g)
@@ -90,7 +92,7 @@ func TestOverRealNATS(t *testing.T) {
 	checkTargets := func() {
 		t.Helper()
 		any := nodes[names()[0]].scope
-		eventually(t, 10*time.Second, "targets exact on every router", func() bool {
+		waitUntil(t, 10*time.Second, "targets exact on every router", func() bool {
 			for g, want := range holders {
 				r := any.Router(g)
 				got, ok := nodes[r.Node].scope.Targets(g, any.ViewHash())
@@ -107,7 +109,7 @@ func TestOverRealNATS(t *testing.T) {
 		for g, hs := range holders {
 			want[g] = len(hs)
 		}
-		eventually(t, 10*censusInterval+2*time.Second, "census counts agree", func() bool {
+		waitUntil(t, 10*censusInterval+2*time.Second, "census counts agree", func() bool {
 			for _, n := range names() {
 				if !maps.Equal(nodes[n].census.Counts(), want) {
 					return false
@@ -162,4 +164,56 @@ func TestOverRealNATS(t *testing.T) {
 	waitReady()
 	checkTargets()
 	checkCensus()
+}
+
+// musterTestConfig is a Muster configuration with short timers for tests.
+func musterTestConfig() muster.Config {
+	return muster.Config{
+		Name:               "test",
+		Shards:             2,
+		Cooldown:           50 * time.Millisecond,
+		VacantFlush:        time.Hour,
+		ViewHeartbeat:      100 * time.Millisecond,
+		RPCTimeout:         time.Second,
+		GatherTimeout:      5 * time.Second,
+		PingInterval:       50 * time.Millisecond,
+		PeerDownAfter:      3 * time.Second,
+		TombstoneWindow:    time.Hour,
+		SingletonPromotion: 100 * time.Millisecond,
+		AntiEntropy:        -1,
+		DrainSettle:        10 * time.Millisecond,
+	}
+}
+
+// musterMember is a Muster member that stays until the test ends.
+type musterMember struct {
+	id   string
+	done chan struct{}
+}
+
+var musterMemberSeq atomic.Int64
+
+func newMusterMember() *musterMember {
+	return &musterMember{id: fmt.Sprintf("m%d", musterMemberSeq.Add(1)), done: make(chan struct{})}
+}
+func (m *musterMember) ID() string            { return m.id }
+func (m *musterMember) Done() <-chan struct{} { return m.done }
+
+// musterCtx is a hang guard for one Muster call.
+func musterCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitUntil polls cond until it holds; d is a hang guard.
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
