@@ -23,6 +23,9 @@
 #     log reader that died with the Ctrl-C (tee) cannot stop it mid-drain;
 #     the gateway ignores SIGPIPE as well (its log lines are then lost).
 #     make, which gets the terminal's SIGINT too, may report "Interrupt".
+#     Started as a background job of a non-interactive shell (SIGINT ignored
+#     there, and bash cannot trap a signal ignored at its start), stop it
+#     with SIGTERM.
 #
 # Environment: GATEWAY_BIN [bin/gateway]; every gateway setting (README
 # "Configuration").
@@ -46,8 +49,7 @@ command -v setsid >/dev/null && launch=(setsid)
 if command -v setpriv >/dev/null && setpriv --help 2>&1 | grep -q -- --pdeathsig; then
   launch+=(setpriv --pdeathsig TERM --)
 fi
-# stdin stays the script's (a background job's would be /dev/null).
-"${launch[@]}" "$BIN" "$@" <&0 &
+"${launch[@]}" "$BIN" "$@" &
 pid=$!
 forward() { kill -TERM "$pid" 2>/dev/null || true; }
 trap forward INT TERM HUP
