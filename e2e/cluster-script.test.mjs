@@ -17,8 +17,13 @@
 // midway the group and every node pid the script printed are killed with SIGKILL. The script
 // runs under spawnOwned (gateway.mjs): it dies with the test process, and its nodes (under
 // setpriv --pdeathsig TERM) with it.
+//
+// With the output captured (`make cluster 2>&1 | tee -i`, `2>&1 | cat`) one Ctrl-C typed
+// into a pseudo-terminal still drains every node (their logs are files in LOG_DIR, and no
+// live lease of theirs is left) and leaves no process of the run: every process the run
+// started carries an environment marker (procs.mjs), and none is left afterwards.
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { once } from "node:events";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
@@ -29,6 +34,7 @@ import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { FAST_CLUSTER } from "./cluster.mjs";
 import { GATEWAY_BIN, spawnOwned, uniqueId } from "./gateway.mjs";
+import { killAllWith, processesWith, runMarker } from "./procs.mjs";
 import { PG, dropSchemas, storeEnv } from "./stores.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -150,8 +156,10 @@ function alive(pid) {
 test("make cluster failover demo: kill -9 the owner, a survivor takes over at a higher epoch, restart by number, Ctrl-C stops all", { timeout: 180_000 }, async (t) => {
   const basePort = await freePortRange(3);
   const logDir = mkdtempSync(join(tmpdir(), "relay-cluster-e2e-"));
+  const marker = runMarker();
   const env = {
     ...process.env,
+    [marker[0]]: marker[1],
     ...storeEnv({ nats: true }),
     ...FAST_CLUSTER,
     GATEWAY_BIN,
@@ -311,6 +319,7 @@ test("make cluster failover demo: kill -9 the owner, a survivor takes over at a 
       assert.ok(!msgs.includes("drain incomplete"), `node${n} drain complete: ${msgs.join(" | ")}`);
     }
     assert.deepEqual(liveLeases(schema, ["node1", "node2", "node3"]), [], `no live lease of the three nodes after Ctrl-C (before: ${held.join(", ")})`);
+    assert.deepEqual(processesWith(marker), [], "no process of the run left");
     t.diagnostic(`dead node${dead}, refused ${refused}, epoch ${first.body.epoch} -> ${taken.body.epoch}, new owner ${newOwner}, restarted pid ${restarted}`);
     ok = true;
   } catch (err) {
@@ -329,6 +338,7 @@ test("make cluster failover demo: kill -9 the owner, a survivor takes over at a 
     // The nodes run in sessions of their own: kill every pid the script printed.
     for (const m of out.join("\n").matchAll(/\(pid (\d+)\)|node[123]=(\d+)/g)) killQuiet(Number(m[1] || m[2]));
     for (const m of errLines.join("\n").matchAll(/\(pid (\d+)\)/g)) killQuiet(Number(m[1]));
+    killAllWith(marker);
     script.stdin.destroy();
     if (ok) rmSync(logDir, { recursive: true, force: true });
   }
@@ -443,3 +453,89 @@ test("make cluster in a terminal: one Ctrl-C drains every node and make exits 0"
     rmSync(logDir, { recursive: true, force: true });
   }
 });
+
+// `make cluster` under a pseudo-terminal with its output piped, then one Ctrl-C typed into
+// the terminal. The pty's shell outlives the pipeline (as a user's terminal does: closing
+// the pty would hang up whatever is left): it reports the pipeline's end, then waits for a
+// line.
+const captured = [
+  // The reader survives the Ctrl-C (tee -i): the script's report shows in the pipeline.
+  { name: "2>&1 | tee -i", cmd: "make --no-print-directory -o build cluster 2>&1 | tee -i /dev/null", reportShown: true },
+  // The reader dies with the Ctrl-C: the script drains with its output gone.
+  { name: "2>&1 | cat", cmd: "make --no-print-directory -o build cluster 2>&1 | cat", reportShown: false },
+];
+
+for (const c of captured) {
+  test(`make cluster ${c.name} in a terminal: one Ctrl-C drains every node and leaves no process behind`, { timeout: 180_000, skip: !hasScript && "util-linux script(1) not installed" }, async () => {
+    const basePort = await freePortRange(3);
+    const logDir = mkdtempSync(join(tmpdir(), "relay-cluster-e2e-"));
+    const marker = runMarker();
+    // SHELL: the shell script(1) runs the command line with (PIPESTATUS is bash's).
+    const env = { ...process.env, ...storeEnv({ nats: true }), ...FAST_CLUSTER, GATEWAY_BIN, BASE_PORT: String(basePort), LOG_DIR: logDir, DRAIN_WINDOW: "15s", LOG_LEVEL: "info", SHELL: "/bin/bash", [marker[0]]: marker[1] };
+    for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN", "RELAY_CLUSTER_FG"]) delete env[k];
+    const shell = `trap : INT; ${c.cmd}; echo "pipeline done: make exited \${PIPESTATUS[0]}"; read -r _`;
+    const term = spawn("script", ["-qfec", shell, "/dev/null"], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+    let exited = null;
+    once(term, "exit").then(([code, signal]) => (exited = { code, signal }));
+    let text = "";
+    term.stdout.on("data", (d) => (text += d));
+    term.stderr.on("data", (d) => (text += d));
+    const nodeLog = (n) => {
+      try {
+        return readFileSync(join(logDir, `node${n}.log`), "utf8");
+      } catch {
+        return "";
+      }
+    };
+    let ok = false;
+    try {
+      await until(() => {
+        if (exited) throw new Error(`exited early ${JSON.stringify(exited)}:\n${text}`);
+        return text.includes("Ctrl-C stops all three.");
+      }, () => `banner:\n${text}`);
+      const token = text.match(/socket\/API token \(JWT, all sessions\): (\S+)/)?.[1];
+      assert.ok(token, `token in the banner:\n${text}`);
+      // A session with an owner: a live lease the drain must release.
+      await until(async () => (await Promise.all([0, 1, 2].map((i) => statusOf(`http://127.0.0.1:${basePort + i}/readyz`)))).every((st) => st === 200), () => "all three /readyz 200");
+      const session = uniqueId("pipe-");
+      const posted = await request(`http://127.0.0.1:${basePort}/api/sessions/${session}/events`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+        body: JSON.stringify({ type: "message", data: { text: "hello" }, idempotency_key: "k-1" }),
+      });
+      assert.equal(posted.status, 202, JSON.stringify(posted.body));
+      const schema = schemaOf(env);
+      assert.ok(liveLeases(schema, ["node1", "node2", "node3"]).length > 0, "a live lease before Ctrl-C");
+
+      term.stdin.write("\x03"); // Ctrl-C typed into the terminal
+      await until(() => /pipeline done: make exited \d+/.test(text), () => `the pipeline ends after Ctrl-C:\n${text}`);
+      // The script and its nodes may outlive make: wait for them. The pty and its shell stay.
+      const others = () => processesWith(marker).filter((l) => !/^\d+ (script|bash -c trap)/.test(l));
+      await until(() => others().length === 0, () => `processes of the run still running:\n${others().join("\n")}\n${text}`);
+      term.stdin.write("\n");
+      await until(() => exited, () => `the pty's shell exits:\n${text}`);
+      assert.deepEqual(processesWith(marker), [], "no process of the run left");
+      for (const n of [1, 2, 3]) {
+        const msgs = jsonLines(nodeLog(n)).map((e) => e.msg);
+        assert.ok(msgs.includes("shutting down: draining"), `node${n} logs its drain: ${msgs.join(" | ")}`);
+        assert.ok(msgs.includes("stopped"), `node${n} logs its stop: ${msgs.join(" | ")}`);
+        assert.ok(!msgs.includes("drain incomplete"), `node${n} drain complete: ${msgs.join(" | ")}`);
+        // Its own close of the NATS link at the stop is no warning.
+        assert.ok(!msgs.includes("nats disconnected"), `node${n} logs no "nats disconnected" at its stop: ${msgs.join(" | ")}`);
+        if (c.reportShown) assert.match(text, new RegExp(`cluster: node${n} \\(pid \\d+\\) drained and exited 0`), text);
+      }
+      assert.deepEqual(liveLeases(schema, ["node1", "node2", "node3"]), [], "no live lease of the three nodes after Ctrl-C");
+      ok = true;
+    } finally {
+      if (!ok) for (const n of [1, 2, 3]) console.error(`--- node${n}.log (tail)\n${nodeLog(n).split("\n").slice(-20).join("\n")}`);
+      term.stdin.destroy();
+      try {
+        process.kill(-term.pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+      killAllWith(marker);
+      rmSync(logDir, { recursive: true, force: true });
+    }
+  });
+}

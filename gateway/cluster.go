@@ -22,6 +22,17 @@ const (
 
 var tokenPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
+// natsDisconnected logs a lost NATS link: a warning while the node runs
+// (nats.go reconnects), a debug line when the link went because the node
+// closed it itself (its stop), which is no fault.
+func (n *Node) natsDisconnected(nc *nats.Conn, err error) {
+	if nc.IsClosed() {
+		n.log.Debug("nats connection closed")
+		return
+	}
+	n.log.Warn("nats disconnected", zap.Error(err))
+}
+
 // buildCluster starts the Muster scope and the PubSub that routes session
 // events between nodes. In cluster mode both run over NATS (subjects
 // prefixed by the cluster name); in the embedded default they run over the
@@ -36,7 +47,7 @@ func (n *Node) buildCluster(ctx context.Context) error {
 			nats.Name(n.Owner()),
 			nats.MaxReconnects(-1),
 			nats.ReconnectWait(250*time.Millisecond),
-			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { n.log.Warn("nats disconnected", zap.Error(err)) }),
+			nats.DisconnectErrHandler(n.natsDisconnected),
 			nats.ReconnectHandler(func(*nats.Conn) { n.log.Info("nats reconnected") }),
 		)
 		if err != nil {

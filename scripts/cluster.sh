@@ -4,13 +4,16 @@
 # token; prints the URLs and tokens; stops every node on Ctrl-C.
 #
 # The script owns the signals: each node runs in a session of its own
-# (setsid), so the terminal's Ctrl-C reaches only the script, whose trap sends
-# each node one SIGTERM (each drains: sessions handed back, leases released,
+# (setsid), so the terminal's Ctrl-C reaches only the script, whose trap (on
+# SIGINT, SIGTERM or SIGHUP) sends each node one SIGTERM (each drains: sessions handed back, leases released,
 # sockets closed with 1012), waits for every node to exit, reports each
 # node's status and exits 0 when all exited 0 (1 otherwise). A second Ctrl-C
 # while they drain sends a second SIGTERM, which stops a node at once (the
 # gateway's second signal). With setpriv (util-linux), a node also gets
-# SIGTERM if the script itself dies (kill -9), so none outlives it.
+# SIGTERM if the script itself dies (kill -9), so none outlives it. The script
+# ignores SIGPIPE and failed writes, so a reader of its output that died with
+# the Ctrl-C (`make cluster 2>&1 | tee cl.log`) cannot stop it mid-drain; the
+# nodes write to their log files, not to the script's output.
 #
 # A node that fails to start (Postgres unreachable, port taken, ...) stops the
 # script: its log tail is printed, the nodes already started are stopped,
@@ -41,14 +44,19 @@ set -euo pipefail
 
 # From a terminal, run as a foreground job of its own (job control), so the
 # terminal's Ctrl-C reaches this script only and not make, which would report
-# "Interrupt" after the clean stop; the exit status is the script's.
-if [[ -t 0 && -z ${RELAY_CLUSTER_FG:-} ]]; then
+# "Interrupt" after the clean stop; the exit status is the script's. Bash
+# hands the terminal to a job only when its stderr is the terminal, so this
+# needs stdin and stderr on it (stdout may be piped). Otherwise (stderr piped
+# or in a file) the script runs in make's process group and gets the Ctrl-C
+# itself, and so does make, which may then report "Interrupt".
+if [[ -t 0 && -t 2 && -z ${RELAY_CLUSTER_FG:-} ]]; then
   set -m
   rc=0
   RELAY_CLUSTER_FG=1 "$0" "$@" || rc=$?
   exit "$rc"
 fi
 
+trap '' PIPE
 cd "$(dirname "$0")/.."
 BIN=${GATEWAY_BIN:-bin/gateway}
 [[ -x $BIN ]] || { echo "cluster: $BIN not found; run 'make build' first" >&2; exit 1; }
@@ -91,11 +99,14 @@ wait_node() {
 stop() {
   local rc=$1 i live=()
   trap - EXIT
+  # Drain whatever happens to the output: a failed echo (its reader gone)
+  # must not end the script before every node exited.
+  set +e
   for i in 0 1 2; do
     [[ -n ${pids[$i]:-} && -z ${reported[$i]:-} ]] && live+=("$i")
   done
   # A second Ctrl-C: a second SIGTERM, the gateway stops at once.
-  trap 'for i in "${live[@]}"; do kill -TERM "${pids[$i]}" 2>/dev/null || true; done' INT TERM
+  trap 'for i in "${live[@]}"; do kill -TERM "${pids[$i]}" 2>/dev/null || true; done' INT TERM HUP
   echo
   echo "stopping ${#live[@]} nodes (SIGTERM, each drains; Ctrl-C again stops them at once)..."
   for i in "${live[@]}"; do kill -TERM "${pids[$i]}" 2>/dev/null || true; done
@@ -112,7 +123,7 @@ stop() {
   echo "stopped; logs in $LOG_DIR"
   exit "$rc"
 }
-trap 'stop 0' INT TERM
+trap 'stop 0' INT TERM HUP
 trap 'stop $?' EXIT
 
 # Each node in a session of its own (no terminal signals), and with setpriv

@@ -64,6 +64,11 @@ func (e configError) Error() string { return e.err.Error() }
 func (e configError) Unwrap() error { return e.err }
 
 func main() {
+	// A server whose log reader died (the terminal's Ctrl-C also ends a
+	// `| tee`) keeps running and draining: writes to the broken pipe then
+	// fail and the lines are lost, instead of Go's default of dying of
+	// SIGPIPE on a write to stdout or stderr.
+	signal.Ignore(syscall.SIGPIPE)
 	c := cli{Serve: serveCmd{Config: gateway.DefaultConfig()}}
 	parser := newParser(&c)
 	kctx, err := parser.Parse(os.Args[1:])
