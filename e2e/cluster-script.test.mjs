@@ -48,12 +48,14 @@ const POLL_MS = 100;
 after(() => dropSchemas());
 
 /** Listens on 127.0.0.1:port; resolves to the server, or null when the port is taken. */
-async function tryListen(port) {
-  const srv = createServer();
-  srv.on("error", () => {});
-  srv.listen(port, "127.0.0.1");
-  const [ok] = await Promise.race([once(srv, "listening").then(() => [true]), once(srv, "error").then(() => [false])]);
-  return ok ? srv : null;
+function tryListen(port) {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    // once(srv, "listening") would reject on the error event, so a taken port
+    // must be answered here, not raced.
+    srv.once("error", () => resolve(null));
+    srv.listen(port, "127.0.0.1", () => resolve(srv));
+  });
 }
 
 /** A port P such that P, P+1 and P+2 on 127.0.0.1 were free a moment ago. */
