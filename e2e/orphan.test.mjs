@@ -7,25 +7,16 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
+import { running } from "./procs.mjs";
 
 const GATEWAY_MJS = join(dirname(fileURLToPath(import.meta.url)), "gateway.mjs");
 // A hang guard for a failing run; the test asserts no elapsed time.
 const HANG_MS = 30_000;
 
-/** Whether pid runs: it has a /proc entry that is not a zombie (exited, unreaped). */
-function running(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat[stat.lastIndexOf(")") + 2] !== "Z";
-  } catch {
-    return false;
-  }
-}
 
 /** Runs a test process that starts a gateway and then does end; resolves to the gateway pid. */
 async function orphanedGateway(end) {

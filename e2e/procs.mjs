@@ -10,15 +10,24 @@ export function runMarker() {
   return ["RELAY_E2E_RUN", uniqueId("run-")];
 }
 
+/** Whether pid runs: it has a /proc entry that is not a zombie (exited, unreaped). */
+export function running(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat[stat.lastIndexOf(")") + 2] !== "Z";
+  } catch {
+    return false;
+  }
+}
+
 /** "pid command line" of every running (not zombie) process whose environment holds name=value. */
 export function processesWith([name, value]) {
   const needle = `${name}=${value}`;
   const found = [];
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
+    if (!running(entry)) continue;
     try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      if (stat[stat.lastIndexOf(")") + 2] === "Z") continue;
       if (!readFileSync(`/proc/${entry}/environ`, "latin1").split("\0").includes(needle)) continue;
       found.push(`${entry} ${readFileSync(`/proc/${entry}/cmdline`, "latin1").split("\0").join(" ").trim()}`);
     } catch {

@@ -9,19 +9,11 @@ import { dirname, join, resolve } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { GATEWAY_BIN, spawnOwned } from "./gateway.mjs";
+import { running } from "./procs.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const SCRIPT = join(ROOT, "scripts/lib/serve-check.sh");
 
-/** Whether pid runs: a /proc entry that is not a zombie. */
-function running(pid) {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat[stat.lastIndexOf(")") + 2] !== "Z";
-  } catch {
-    return false;
-  }
-}
 
 /** Pids of running processes whose working directory is a serve-check directory (the node
  * runs there), found in /proc independently of what the script printed. */

@@ -125,18 +125,7 @@ func TestReadyzFollowsLeaseStorePermissions(t *testing.T) {
 	}
 	schema := strings.Trim(u.Query().Get("search_path"), `"`)
 	role := strings.ReplaceAll(schema, "-", "_") + "_node"
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := adminExec(t, dbURL)
 	ident := pgx.Identifier{role}.Sanitize()
 	schemaIdent := pgx.Identifier{schema}.Sanitize()
 	exec("CREATE ROLE " + ident + " LOGIN")
@@ -299,18 +288,7 @@ func checkNotReadyRefusal(t *testing.T, what string, status int, h http.Header, 
 // write succeeds and the node is ready and accepts sockets again.
 func TestLeaseWriteFailureRefusesNewSockets(t *testing.T) {
 	dbURL := testenv.PostgresURL(t)
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, dbURL) // search_path: the test's own schema
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
+	exec := adminExec(t, dbURL)
 	n, srv := storeNode(t, "a", dbURL, testenv.NATSPrefix(t), nil, nil, fastReady)
 	waitReadyz(t, srv.URL, http.StatusOK, "")
 	tok, err := n.Auth().Mint("u", []string{"*"}, time.Hour)
@@ -359,4 +337,23 @@ func TestLeaseWriteFailureRefusesNewSockets(t *testing.T) {
 		t.Fatalf("upgrade on the ready node: %d %v", status, body)
 	}
 	post(t, srv, "poison-1", "hi again")
+}
+
+// adminExec connects to dbURL (search_path: the test's own schema) for the
+// test's lifetime and returns a function that runs one statement on that
+// connection, failing the test when it errs.
+func adminExec(t *testing.T, dbURL string) func(sql string) {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) })
+	return func(sql string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
 }
