@@ -3,6 +3,7 @@
 // two joins of one topic in a row on one socket; the new one supersedes the old one
 // completely, so the application sees every event exactly once, in order.
 import assert from "node:assert/strict";
+import { readFileSync, readdirSync } from "node:fs";
 import { after, before, test } from "node:test";
 import { compareCursor, cursorOf } from "../web/src/lib/events.js";
 import { EVENT_TYPES, Inbox, WAIT_MS, openSocket, rawSocket } from "./client.mjs";
@@ -22,6 +23,21 @@ function within(p, what, state) {
     timer = setTimeout(() => reject(new Error(`timed out after ${WAIT_MS} ms waiting for ${what}: ${state()}`)), WAIT_MS);
   });
   return Promise.race([p, limit]).finally(() => clearTimeout(timer));
+}
+
+/** The state letter of each thread of pid (Linux /proc; "T" or "t" when stopped). */
+function threadStates(pid) {
+  return readdirSync(`/proc/${pid}/task`).map((tid) => {
+    const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+    return stat[stat.lastIndexOf(")") + 2];
+  });
+}
+
+/** Resolves once every thread of pid is stopped (SIGSTOP acted on). */
+async function allStopped(pid) {
+  while (!threadStates(pid).every((s) => s === "T" || s === "t")) {
+    await new Promise((r) => setTimeout(r, 5));
+  }
 }
 
 /** Posts n one-word events to session id, one after the other. */
@@ -53,6 +69,9 @@ test("a join whose reply comes after the client's timeout: the rejoin's replay a
 
   // The gateway is stopped, so the first join's reply comes after the client's timeout.
   process.kill(gw.child.pid, "SIGSTOP");
+  // kill(2) returns before the signal is acted on: wait until every thread of the
+  // gateway shows as stopped, so the join below cannot be answered in time.
+  await within(allStopped(gw.child.pid), "the gateway to stop", () => `threads ${JSON.stringify(threadStates(gw.child.pid))}`);
   let resumed = false;
   const resume = () => {
     if (!resumed) {
