@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +82,14 @@ func (r *readiness) state() (bool, []string) {
 			out = append(out, k+": "+v)
 		}
 	}
+	var other []string
+	for k, v := range r.reasons {
+		if !slices.Contains(readyChecks, k) {
+			other = append(other, k+": "+v)
+		}
+	}
+	slices.Sort(other)
+	out = append(out, other...)
 	if len(out) == 0 { // recovering: the checks pass, the streak is not long enough yet
 		out = append(out, fmt.Sprintf("recovering: %d of %d good probe rounds", r.streak, readyOKRounds))
 	}
@@ -88,7 +97,10 @@ func (r *readiness) state() (bool, []string) {
 }
 
 // readyChecks names the checks in report order.
-var readyChecks = []string{"nats", "lease_store", "replay_store", "muster"}
+// round's checks are all listed here; state reports a check missing from
+// this list anyway (after the listed ones), so a failing check is never
+// hidden behind "recovering".
+var readyChecks = []string{"nats", "nats_pubsub", "lease_store", "replay_store", "muster"}
 
 // record applies one round's failures (empty: all passed) with hysteresis
 // and reports whether readiness changed.

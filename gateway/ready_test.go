@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"github.com/relaygw/relay/internal/testkit/phxtest"
 	"github.com/relaygw/relay/internal/testkit/testenv"
@@ -112,6 +114,59 @@ func TestReadyzFollowsNATS(t *testing.T) {
 	t.Logf("with NATS stalled: %s", msg)
 	proxy.Resume()
 	waitReadyz(t, srv.URL, http.StatusOK, "")
+}
+
+// The pubsub connection (PUBSUB_ROUTING=subjects or flood) stalled
+// through a TCP proxy while the main NATS connection is fine: the probe
+// round fails nats_pubsub, and the node's reasons name it, not
+// "recovering" (which means every check passes).
+func TestReadyReasonsNameNATSPubSub(t *testing.T) {
+	hostport, err := testenv.HostPort(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.Proxy(t, hostport)
+	nc, err := nats.Connect(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	bus, err := nats.Connect(proxy.URL(testenv.NATSURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	p := &readyProbes{nc: nc, bus: bus}
+	var r readiness
+	ctx := context.Background()
+	if f := p.round(ctx, 10*time.Second); len(f) != 0 {
+		t.Fatalf("round with both connections up failed: %v", f)
+	}
+	r.record(nil)
+	proxy.Stall()
+	t.Cleanup(proxy.Resume)
+	for range readyFailRounds {
+		f := p.round(ctx, 500*time.Millisecond) // the stall makes the flush time out
+		if _, ok := f["nats_pubsub"]; !ok || len(f) != 1 {
+			t.Fatalf("round with the pubsub connection stalled: %v, want a nats_pubsub failure only", f)
+		}
+		r.record(f)
+	}
+	ok, reasons := r.state()
+	if ok || len(reasons) != 1 || !strings.HasPrefix(reasons[0], "nats_pubsub: ") {
+		t.Fatalf("state with nats_pubsub failing: ready %v, reasons %q; want one \"nats_pubsub: …\" reason", ok, reasons)
+	}
+	t.Logf("reasons: %q", reasons)
+}
+
+// A failing check missing from readyChecks is still reported by name.
+func TestReadyReasonsNameUnlistedChecks(t *testing.T) {
+	var r readiness
+	r.record(map[string]string{"zz_new_check": "broken", "nats": "connection closed"})
+	_, reasons := r.state()
+	if want := []string{"nats: connection closed", "zz_new_check: broken"}; !slices.Equal(reasons, want) {
+		t.Fatalf("reasons %q, want %q", reasons, want)
+	}
 }
 
 // Lease writes denied (REVOKE UPDATE on the lease table from the node's
