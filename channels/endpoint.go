@@ -40,6 +40,11 @@ type EndpointConfig struct {
 	// the Origin check and Connect. A non-nil Refusal refuses the socket
 	// with it (see Refusal); sockets already open are not affected.
 	Admit func(r *http.Request) *Refusal
+	// Draining, when set, builds the answer to a new socket (a WebSocket
+	// upgrade, a new LongPoll session) while the endpoint drains, so it can
+	// carry a retry directive and Retry-After; nil (or a nil Refusal)
+	// answers 503 {"error":"draining","message":"the node is draining"}.
+	Draining func(r *http.Request) *Refusal
 	// AllowedOrigins are Origin patterns accepted besides same-host and
 	// missing Origin (see originAllowed): "example.com", "*.example.com",
 	// "example.com:8080", "https://*.example.com".
@@ -134,6 +139,17 @@ func (r *Refusal) write(w http.ResponseWriter, longPoll bool) {
 		w.Header()[k] = v
 	}
 	writeLongPoll(w, r.Status, b)
+}
+
+// drainRefusal is the answer to a new socket while the endpoint drains.
+func (e *Endpoint) drainRefusal(r *http.Request) *Refusal {
+	if e.cfg.Draining != nil {
+		if ref := e.cfg.Draining(r); ref != nil {
+			return ref
+		}
+	}
+	return &Refusal{Status: http.StatusServiceUnavailable,
+		Body: map[string]any{"error": "draining", "message": "the node is draining"}}
 }
 
 // admit asks cfg.Admit about r (nil: admitted).
@@ -261,7 +277,7 @@ func (e *Endpoint) Hub() *Hub { return e.hub }
 func (e *Endpoint) Stats() Stats { return e.stats.snapshot() }
 
 // ServeHTTP accepts a socket (docs/PHOENIX.md §1.2, in Phoenix's order):
-// non-GET → 400; draining → 503; refused by Admit → its Refusal; Origin
+// non-GET → 400; draining → 503 with the Draining Refusal; refused by Admit → its Refusal; Origin
 // not allowed → 403; vsn not 1.x/2.x →
 // 403; Connect error → 403; then the WebSocket upgrade, answering
 // Sec-WebSocket-Protocol: phoenix when the client offered it. It returns
@@ -273,7 +289,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if e.isDraining() {
-		w.WriteHeader(http.StatusServiceUnavailable)
+		e.drainRefusal(r).write(w, false)
 		return
 	}
 	if ref := e.admit(r); ref != nil {

@@ -139,8 +139,8 @@ func (lp *LongPoll) Stats() LongPollStats {
 //   - Origin not allowed: {"status":403}.
 //   - GET without a session token creates a session: {"status":410,
 //     "token","messages":[]}; vsn not 1.x/2.x or a Connect refusal is
-//     {"status":403}; a draining endpoint answers HTTP 503 with
-//     {"status":500,"error":"draining"} (the client retries), and one
+//     {"status":403}; a draining endpoint answers HTTP 503 with its
+//     Draining Refusal plus "status":500 (the client retries), and one
 //     whose Admit refuses answers the Refusal with "status":500 added.
 //   - GET with a session token polls: {"status":200,"token","messages":[…]}
 //     with the frames queued since the last poll, as JSON strings, or
@@ -307,7 +307,7 @@ func (lp *LongPoll) answerGone(w http.ResponseWriter, sess *lpSession, why int) 
 func (lp *LongPoll) create(w http.ResponseWriter, r *http.Request, query map[string][]string) {
 	ep := lp.ep
 	if ep.isDraining() {
-		writeLongPoll(w, http.StatusServiceUnavailable, []byte(`{"status":500,"error":"draining","message":"the node is draining"}`))
+		ep.drainRefusal(r).write(w, true)
 		return
 	}
 	if ref := ep.admit(r); ref != nil {
@@ -351,7 +351,7 @@ func (lp *LongPoll) create(w http.ResponseWriter, r *http.Request, query map[str
 	if err != nil {
 		sess.idle.Stop()
 		lp.remove(sess)
-		writeLongPoll(w, http.StatusServiceUnavailable, []byte(`{"status":500,"error":"draining","message":"the node is draining"}`))
+		ep.drainRefusal(r).write(w, true)
 		return
 	}
 	sess.sock = s

@@ -50,7 +50,7 @@ func NewAuthenticator(secret string, apiKeys []string, adminToken string) *Authe
 			keys = append(keys, k)
 		}
 	}
-	return &Authenticator{secret: []byte(secret), apiKeys: keys, admin: adminToken}
+	return &Authenticator{secret: []byte(secret), apiKeys: keys, admin: strings.TrimSpace(adminToken)}
 }
 
 var errBadToken = errors.New("gateway: invalid token")

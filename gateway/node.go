@@ -206,6 +206,7 @@ func New(ctx context.Context, cfg Config, opts Options) (*Node, error) {
 		Hub:              n.hub,
 		Connect:          n.connect,
 		Admit:            n.admitSocket,
+		Draining:         n.drainRefusal,
 		AllowedOrigins:   cfg.AllowedOrigins,
 		HeartbeatTimeout: cfg.HeartbeatTimeout,
 		MaxFrameBytes:    cfg.MaxFrameBytes,

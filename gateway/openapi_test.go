@@ -314,9 +314,74 @@ func emittedCodes(t *testing.T) []string {
 	return codes
 }
 
+// channelsDir is the channels package, relative to this package: the
+// node serves its /socket endpoints, whose HTTP refusals carry codes too.
+const channelsDir = "../channels"
+
+// channelsCodes returns the error codes the channels package's HTTP
+// answers carry: the code argument of LongPoll's refuse (a POST refused
+// whole) and the "error" value of a map literal (an endpoint's Refusal
+// body). A code given any other way than a string literal fails the test.
+func channelsCodes(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(channelsDir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes, other []string
+	fset := token.NewFileSet()
+	code := func(e ast.Expr) {
+		if v, ok := e.(*ast.BasicLit); ok && v.Kind == token.STRING {
+			if s, err := strconv.Unquote(v.Value); err == nil {
+				codes = append(codes, s)
+				return
+			}
+		}
+		other = append(other, fset.Position(e.Pos()).String())
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch v := n.(type) {
+			case *ast.CallExpr:
+				if sel, ok := v.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "refuse" && len(v.Args) == 5 {
+					code(v.Args[3])
+				}
+			case *ast.CompositeLit:
+				if _, ok := v.Type.(*ast.MapType); !ok {
+					return true
+				}
+				for _, el := range v.Elts {
+					if kv, ok := el.(*ast.KeyValueExpr); ok {
+						if k, ok := kv.Key.(*ast.BasicLit); ok && k.Value == `"error"` {
+							code(kv.Value)
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	if len(other) > 0 {
+		t.Errorf("channels error codes not given as a string literal, so not checked against docs/openapi.yaml: %v", other)
+	}
+	if len(codes) < 3 {
+		t.Fatalf("found only %d error codes in package channels: %v", len(codes), codes)
+	}
+	slices.Sort(codes)
+	return slices.Compact(codes)
+}
+
 // TestOpenAPIErrorCodes: components.schemas.Error.properties.error.enum in
-// docs/openapi.yaml is exactly the set of codes the gateway's HTTP answers
-// carry: none missing, none that the code no longer emits.
+// docs/openapi.yaml is exactly the set of codes the node's HTTP answers
+// carry (packages gateway and channels): none missing, none that the code
+// no longer emits.
 func TestOpenAPIErrorCodes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	schema := doc.Components.Schemas["Error"]
@@ -331,15 +396,17 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		}
 		enum = append(enum, s)
 	}
-	codes := emittedCodes(t)
-	for _, c := range codes {
-		if !slices.Contains(enum, c) {
-			t.Errorf("error code %q (package gateway) is missing from components.schemas.Error.properties.error.enum", c)
+	gw, ch := emittedCodes(t), channelsCodes(t)
+	for pkg, codes := range map[string][]string{"gateway": gw, "channels": ch} {
+		for _, c := range codes {
+			if !slices.Contains(enum, c) {
+				t.Errorf("error code %q (package %s) is missing from components.schemas.Error.properties.error.enum", c, pkg)
+			}
 		}
 	}
 	for _, e := range enum {
-		if !slices.Contains(codes, e) {
-			t.Errorf("components.schemas.Error.properties.error.enum lists %q, which package gateway does not emit", e)
+		if !slices.Contains(gw, e) && !slices.Contains(ch, e) {
+			t.Errorf("components.schemas.Error.properties.error.enum lists %q, which neither package gateway nor channels emits", e)
 		}
 	}
 }

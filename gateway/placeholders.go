@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The placeholder credentials deploy/k8s/secret.yaml ships, to be replaced
@@ -27,16 +29,24 @@ func (c Config) validatePlaceholders() error {
 	refused := func(setting string) error {
 		return fmt.Errorf("gateway: %s is the placeholder %q from deploy/k8s/secret.yaml; set a secret of your own (`gateway secret` prints one)", setting, PlaceholderSecret)
 	}
+	// The values are compared as they are used: the Authenticator trims
+	// API keys and the admin token (and the presented credential), so
+	// " replace-me-with-gateway-secret" works as the placeholder does.
+	isPlaceholder := func(v string) bool { return strings.TrimSpace(v) == PlaceholderSecret }
 	switch {
-	case c.JWTSecret == PlaceholderSecret:
+	case isPlaceholder(c.JWTSecret):
 		return refused("JWT_SECRET")
-	case slices.Contains(c.APIKeys, PlaceholderSecret):
+	case slices.ContainsFunc(c.APIKeys, isPlaceholder):
 		return refused("API_KEYS")
-	case c.AdminToken == PlaceholderSecret:
+	case isPlaceholder(c.AdminToken):
 		return refused("ADMIN_TOKEN")
 	}
-	if u, err := url.Parse(c.DatabaseURL); err == nil && u.User != nil {
-		if pw, ok := u.User.Password(); ok && pw == PlaceholderDatabasePassword {
+	// DATABASE_URL is parsed by pgx's own parser, the one the stores
+	// connect with, so the password is found in every form pgx accepts:
+	// URL userinfo, ?password=, keyword/value ("host=... password=...").
+	// A URL pgx cannot parse is left to the connection to report.
+	if c.DatabaseURL != "" {
+		if pc, err := pgxpool.ParseConfig(c.DatabaseURL); err == nil && pc.ConnConfig.Password == PlaceholderDatabasePassword {
 			return fmt.Errorf("gateway: DATABASE_URL has the placeholder password %q from deploy/k8s/secret.yaml; set the database user's real password", PlaceholderDatabasePassword)
 		}
 	}

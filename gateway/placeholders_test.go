@@ -26,6 +26,17 @@ func TestConfigRefusesPlaceholderSecrets(t *testing.T) {
 		{"jwt", "JWT_SECRET is the placeholder", func(c *Config) { c.JWTSecret = PlaceholderSecret }},
 		{"one api key of two", "API_KEYS is the placeholder", func(c *Config) { c.APIKeys = []string{"key-1", PlaceholderSecret} }},
 		{"admin", "ADMIN_TOKEN is the placeholder", func(c *Config) { c.AdminToken = PlaceholderSecret }},
+		// The Authenticator trims API keys and the admin token, so a padded
+		// placeholder is the placeholder.
+		{"api key padded", "API_KEYS is the placeholder", func(c *Config) { c.APIKeys = []string{"good-key-1234567", " " + PlaceholderSecret} }},
+		{"admin padded", "ADMIN_TOKEN is the placeholder", func(c *Config) { c.AdminToken = " " + PlaceholderSecret + "\t" }},
+		{"jwt padded", "JWT_SECRET is the placeholder", func(c *Config) { c.JWTSecret = PlaceholderSecret + " " }},
+		{"database password keyword form", "DATABASE_URL has the placeholder password", func(c *Config) {
+			c.DatabaseURL = "host=relay-postgres port=5432 user=relay dbname=relay password=" + PlaceholderDatabasePassword + " sslmode=disable"
+		}},
+		{"database password query parameter", "DATABASE_URL has the placeholder password", func(c *Config) {
+			c.DatabaseURL = "postgres://relay@relay-postgres:5432/relay?sslmode=disable&password=" + PlaceholderDatabasePassword
+		}},
 		{"database password", "DATABASE_URL has the placeholder password", func(c *Config) {
 			c.DatabaseURL = "postgres://relay:" + PlaceholderDatabasePassword + "@relay-postgres:5432/relay?sslmode=disable"
 		}},
@@ -45,6 +56,7 @@ func TestConfigRefusesPlaceholderSecrets(t *testing.T) {
 		{"placeholder as the database user", func(c *Config) { c.DatabaseURL = "postgres://" + PlaceholderDatabasePassword + ":pw@db/relay" }},
 		{"database without password", func(c *Config) { c.DatabaseURL = "postgres://relay@db/relay" }},
 		{"no admin token", func(c *Config) { c.AdminToken = "" }},
+		{"keyword form with a real password", func(c *Config) { c.DatabaseURL = "host=db user=relay dbname=relay password=s3cret" }},
 	} {
 		c := valid()
 		tc.mut(&c)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -81,6 +82,14 @@ func (r *readiness) state() (bool, []string) {
 			out = append(out, k+": "+v)
 		}
 	}
+	var other []string
+	for k, v := range r.reasons {
+		if !slices.Contains(readyChecks, k) {
+			other = append(other, k+": "+v)
+		}
+	}
+	slices.Sort(other)
+	out = append(out, other...)
 	if len(out) == 0 { // recovering: the checks pass, the streak is not long enough yet
 		out = append(out, fmt.Sprintf("recovering: %d of %d good probe rounds", r.streak, readyOKRounds))
 	}
@@ -88,7 +97,10 @@ func (r *readiness) state() (bool, []string) {
 }
 
 // readyChecks names the checks in report order.
-var readyChecks = []string{"nats", "lease_store", "replay_store", "muster"}
+// round's checks are all listed here; state reports a check missing from
+// this list anyway (after the listed ones), so a failing check is never
+// hidden behind "recovering".
+var readyChecks = []string{"nats", "nats_pubsub", "lease_store", "replay_store", "muster"}
 
 // record applies one round's failures (empty: all passed) with hysteresis
 // and reports whether readiness changed.
@@ -346,11 +358,29 @@ func (n *Node) admitSocket(*http.Request) *channels.Refusal {
 		return nil
 	}
 	d := session.NewRetryDirective(readyOKRounds*n.cfg.ReadyInterval, n.cfg.LeaseTTL)
+	return retryRefusal(d, map[string]any{
+		"error": CodeNotReady, "message": "this node is not ready (" + strings.Join(reasons, "; ") + "); connect again after the delay, or to another node",
+		"reasons": reasons,
+	})
+}
+
+// drainRefusal is the endpoint's Draining: a new socket on a draining node
+// is refused with 503 draining, Retry-After and a retry directive (the
+// one an event refused by a draining node gets), so clients come back to
+// another node after the delay rather than at once.
+func (n *Node) drainRefusal(*http.Request) *channels.Refusal {
+	return retryRefusal(session.NewRetryDirective(0, n.cfg.LeaseTTL), map[string]any{
+		"error": CodeDraining, "message": "this node is draining; connect again after the delay, to another node",
+	})
+}
+
+// retryRefusal is a 503 refusal of a new socket with body, the retry
+// directive d under "retry" and Retry-After (d.After in whole seconds,
+// rounded up).
+func retryRefusal(d session.RetryDirective, body map[string]any) *channels.Refusal {
 	retry := &RetryDirective{AfterMS: d.After.Milliseconds(), BudgetMS: d.Budget.Milliseconds()}
 	h := http.Header{}
 	h.Set("Retry-After", strconv.FormatInt(int64(math.Ceil(float64(retry.AfterMS)/1000)), 10))
-	return &channels.Refusal{Status: http.StatusServiceUnavailable, Header: h, Body: map[string]any{
-		"error": CodeNotReady, "message": "this node is not ready (" + strings.Join(reasons, "; ") + "); connect again after the delay, or to another node",
-		"reasons": reasons, "retry": retry,
-	}}
+	body["retry"] = retry
+	return &channels.Refusal{Status: http.StatusServiceUnavailable, Header: h, Body: body}
 }

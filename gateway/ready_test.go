@@ -10,14 +10,17 @@ import (
 	"net/http"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"github.com/relaygw/relay/internal/testkit/phxtest"
 	"github.com/relaygw/relay/internal/testkit/testenv"
+	"github.com/relaygw/relay/internal/trace"
 )
 
 // The readiness state machine: one failing round does not turn a ready
@@ -112,6 +115,59 @@ func TestReadyzFollowsNATS(t *testing.T) {
 	t.Logf("with NATS stalled: %s", msg)
 	proxy.Resume()
 	waitReadyz(t, srv.URL, http.StatusOK, "")
+}
+
+// The pubsub connection (PUBSUB_ROUTING=subjects or flood) stalled
+// through a TCP proxy while the main NATS connection is fine: the probe
+// round fails nats_pubsub, and the node's reasons name it, not
+// "recovering" (which means every check passes).
+func TestReadyReasonsNameNATSPubSub(t *testing.T) {
+	hostport, err := testenv.HostPort(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.Proxy(t, hostport)
+	nc, err := nats.Connect(testenv.NATSURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	bus, err := nats.Connect(proxy.URL(testenv.NATSURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bus.Close)
+	p := &readyProbes{nc: nc, bus: bus}
+	var r readiness
+	ctx := context.Background()
+	if f := p.round(ctx, 10*time.Second); len(f) != 0 {
+		t.Fatalf("round with both connections up failed: %v", f)
+	}
+	r.record(nil)
+	proxy.Stall()
+	t.Cleanup(proxy.Resume)
+	for range readyFailRounds {
+		f := p.round(ctx, 500*time.Millisecond) // the stall makes the flush time out
+		if _, ok := f["nats_pubsub"]; !ok || len(f) != 1 {
+			t.Fatalf("round with the pubsub connection stalled: %v, want a nats_pubsub failure only", f)
+		}
+		r.record(f)
+	}
+	ok, reasons := r.state()
+	if ok || len(reasons) != 1 || !strings.HasPrefix(reasons[0], "nats_pubsub: ") {
+		t.Fatalf("state with nats_pubsub failing: ready %v, reasons %q; want one \"nats_pubsub: …\" reason", ok, reasons)
+	}
+	t.Logf("reasons: %q", reasons)
+}
+
+// A failing check missing from readyChecks is still reported by name.
+func TestReadyReasonsNameUnlistedChecks(t *testing.T) {
+	var r readiness
+	r.record(map[string]string{"zz_new_check": "broken", "nats": "connection closed"})
+	_, reasons := r.state()
+	if want := []string{"nats: connection closed", "zz_new_check: broken"}; !slices.Equal(reasons, want) {
+		t.Fatalf("reasons %q, want %q", reasons, want)
+	}
 }
 
 // Lease writes denied (REVOKE UPDATE on the lease table from the node's
@@ -265,16 +321,73 @@ func waitRefused(t *testing.T, base, token string) (int, http.Header, map[string
 // delay Retry-After carries in whole seconds.
 func checkNotReadyRefusal(t *testing.T, what string, status int, h http.Header, body map[string]any, reason string) {
 	t.Helper()
+	reasons, _ := body["reasons"].([]any)
+	if len(reasons) == 0 || !strings.Contains(fmt.Sprint(body["message"]), reason) {
+		t.Fatalf("%s on a node that is not ready: %v; want reasons and a message naming %q", what, body, reason)
+	}
+	checkRetryRefusal(t, what, CodeNotReady, status, h, body)
+}
+
+// checkRetryRefusal checks a 503 refusal of a new socket with error code,
+// a message, and a retry directive whose delay Retry-After carries in
+// whole seconds.
+func checkRetryRefusal(t *testing.T, what, code string, status int, h http.Header, body map[string]any) {
+	t.Helper()
 	retry, _ := body["retry"].(map[string]any)
 	after, _ := retry["after_ms"].(float64)
 	budget, _ := retry["budget_ms"].(float64)
-	reasons, _ := body["reasons"].([]any)
-	if status != http.StatusServiceUnavailable || body["error"] != CodeNotReady || len(reasons) == 0 ||
-		!strings.Contains(fmt.Sprint(body["message"]), reason) || after <= 0 || budget < after {
-		t.Fatalf("%s on a node that is not ready: %d %v; want 503 not_ready naming %q with a retry directive", what, status, body, reason)
+	if msg, _ := body["message"].(string); status != http.StatusServiceUnavailable || body["error"] != code || msg == "" || after <= 0 || budget < after {
+		t.Fatalf("%s: %d %v; want 503 %s with a message and a retry directive", what, status, body, code)
 	}
 	if ra := h.Get("Retry-After"); ra != fmt.Sprint(int64(math.Ceil(after/1000))) {
 		t.Fatalf("%s: Retry-After %q for after_ms %v", what, ra, after)
+	}
+}
+
+// newLongPoll asks the node at base for a new LongPoll session with token
+// and returns the HTTP status, headers and JSON body.
+func newLongPoll(t *testing.T, base, token string) (int, http.Header, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(base + "/socket/longpoll?vsn=2.0.0&token=" + token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var body map[string]any
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatalf("new LongPoll session answered %d with a body that is not JSON: %q", resp.StatusCode, b)
+	}
+	return resp.StatusCode, resp.Header, body
+}
+
+// A draining node refuses new sockets like a node that is not ready does:
+// 503 draining with a message, Retry-After and a retry directive, on the
+// WebSocket upgrade and on a new LongPoll session (which adds the
+// transport's "status":500, so the client retries).
+func TestDrainingRefusesNewSocketsWithRetry(t *testing.T) {
+	n, srv, tr := testNode(t, nil)
+	tok, err := n.Auth().Mint("u", []string{"*"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _, body := upgrade(t, srv.URL, tok); status != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade before the drain: %d %v", status, body)
+	}
+	if status, _, body := do(t, "POST", srv.URL+"/admin/drain", testAdmin, "", ""); status != http.StatusAccepted {
+		t.Fatalf("drain: %d %v", status, body)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // hang guard
+	defer cancel()
+	if _, err := tr.WaitFor(ctx, trace.Kind("gateway.drained", "node", n.name)); err != nil {
+		t.Fatal(err, tr.Dump())
+	}
+	status, h, body := upgrade(t, srv.URL, tok)
+	checkRetryRefusal(t, "WebSocket upgrade on a draining node", CodeDraining, status, h, body)
+	status, h, body = newLongPoll(t, srv.URL, tok)
+	checkRetryRefusal(t, "new LongPoll session on a draining node", CodeDraining, status, h, body)
+	if body["status"] != float64(500) {
+		t.Fatalf("LongPoll refusal %v lacks the transport's \"status\":500 (the client's retry)", body)
 	}
 }
 
@@ -313,17 +426,10 @@ func TestLeaseWriteFailureRefusesNewSockets(t *testing.T) {
 
 	status, h, body := waitRefused(t, srv.URL, tok)
 	checkNotReadyRefusal(t, "WebSocket upgrade", status, h, body, "lease_store:")
-	resp, err := http.Get(srv.URL + "/socket/longpoll?vsn=2.0.0&token=" + tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	body = nil
-	_ = json.Unmarshal(b, &body)
-	checkNotReadyRefusal(t, "new LongPoll session", resp.StatusCode, resp.Header, body, "lease_store:")
+	status, h, body = newLongPoll(t, srv.URL, tok)
+	checkNotReadyRefusal(t, "new LongPoll session", status, h, body, "lease_store:")
 	if body["status"] != float64(500) {
-		t.Fatalf("LongPoll refusal %s lacks the transport's \"status\":500 (the client's retry)", b)
+		t.Fatalf("LongPoll refusal %v lacks the transport's \"status\":500 (the client's retry)", body)
 	}
 	// The socket opened before still answers.
 	f, _ := old.Until(old.Send("", "phoenix", "heartbeat", map[string]any{}))

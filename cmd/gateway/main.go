@@ -54,6 +54,9 @@ func (s *serveCmd) Validate() error {
 	if err := s.Config.Validate(); err != nil {
 		return configError{err}
 	}
+	if err := telemetry.Check(); err != nil { // the OTEL_* settings: refused like the others
+		return configError{err}
+	}
 	return nil
 }
 
@@ -77,9 +80,14 @@ func main() {
 	switch {
 	case errors.As(err, &cfgErr) && errors.As(err, &parseErr):
 		fmt.Fprintln(os.Stderr, errorLine(cfgErr.err))
-		os.Exit(parseErr.ExitCode())
+		os.Exit(exitRefused)
 	case err != nil:
-		parser.FatalIfErrorf(err) // usage errors: kong's "gateway: error: …" and exit code
+		// Usage errors and values kong could not decode, from a flag or
+		// the environment: kong exits 80 for the flag but 1 for the same
+		// value from the environment (HEARTBEAT_TIMEOUT=abc, a ParseError
+		// without an exit code). Either is a refused setting: 80.
+		parser.Errorf("%s", oneLine(err.Error()))
+		parser.Exit(exitRefused)
 	}
 	if err := kctx.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, errorLine(err))
@@ -87,17 +95,26 @@ func main() {
 	}
 }
 
+// exitRefused is the exit code of a refused setting (kong's usage error
+// code): the node did not start.
+const exitRefused = 80
+
 // newParser is the command line's parser into c (flags and environment).
 func newParser(c *cli) *kong.Kong {
 	return kong.Must(c, kong.Name("gateway"), kong.Description("Relay: a realtime gateway for conversational agents."),
 		kong.Vars{"version": buildinfo.Read().String()}, kong.BindTo(os.Stdout, (*io.Writer)(nil)))
 }
 
+// oneLine folds every run of whitespace in msg (pgx's connect errors put
+// each address tried on a line of its own, "\n\t") into one space, so a
+// failed start is one line on stderr.
+func oneLine(msg string) string { return strings.Join(strings.Fields(msg), " ") }
+
 // errorLine is the line a failed command prints: the error, prefixed with
 // the program's name once. Errors of the gateway package already start
 // with "gateway: ", which is the program's name too.
 func errorLine(err error) string {
-	msg := err.Error()
+	msg := oneLine(err.Error())
 	if strings.HasPrefix(msg, "gateway: ") {
 		return msg
 	}

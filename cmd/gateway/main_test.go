@@ -41,6 +41,21 @@ func TestRefusesConfigsThatBreakGuarantees(t *testing.T) {
 			"gateway: LONGPOLL_WINDOW (10s) must be below HEARTBEAT_TIMEOUT (10s)", 80},
 		{"database unreachable (refused at start, not by the settings)", []string{"NATS_URL=", "REDIS_URL=", "DATABASE_URL=postgres://127.0.0.1:1/relay"},
 			"gateway: migrations: apply", 1},
+		// pgx puts each address tried on a line of its own: folded into one.
+		{"database refusing connections (one line)", []string{"NATS_URL=", "REDIS_URL=", "DATABASE_URL=postgres://postgres@127.0.0.1:1/test"},
+			"dial tcp 127.0.0.1:1: connect: connection refused", 1},
+		// A value that does not decode is refused with exit code 80 from
+		// the environment as from a flag.
+		{"heartbeat timeout not a duration", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "HEARTBEAT_TIMEOUT=abc"},
+			`gateway: error: --heartbeat-timeout: expected duration but got "abc"`, 80},
+		{"longpoll window not a duration", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "LONGPOLL_WINDOW=abc"},
+			`gateway: error: --longpoll-window: expected duration but got "abc"`, 80},
+		{"max frame bytes not a number", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "MAX_FRAME_BYTES=abc"},
+			`gateway: error: --max-frame-bytes: expected a valid 64 bit int but got "abc"`, 80},
+		{"unknown traces exporter", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "OTEL_TRACES_EXPORTER=zipkin"},
+			`gateway: telemetry: OTEL_TRACES_EXPORTER="zipkin"`, 80},
+		{"otlp over grpc", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"},
+			`gateway: telemetry: OTEL_EXPORTER_OTLP_PROTOCOL="grpc"`, 80},
 		{"openai agent without its server", []string{"NATS_URL=", "DATABASE_URL=", "REDIS_URL=", "AGENT=openai", "OPENAI_BASE_URL=", "OPENAI_MODEL="},
 			"gateway: AGENT=openai needs OPENAI_BASE_URL (the API root, /v1 included, e.g. http://127.0.0.1:8000/v1) and OPENAI_MODEL", 80},
 	}
@@ -73,6 +88,14 @@ func TestRefusesConfigsThatBreakGuarantees(t *testing.T) {
 			if n := p.Logs().Count(0, func(l string) bool { return strings.HasPrefix(l, "gateway: ") }); n != 1 ||
 				p.Logs().Count(0, proctest.Contains("gateway: gateway:")) != 0 || p.Logs().Count(0, proctest.Contains("error: serve:")) != 0 {
 				t.Fatalf("want one line \"gateway: <the error>\" with one prefix:\n%v", p.Logs().Lines())
+			}
+			// One line in all besides the JSON log lines (and proctest's
+			// markers): a message with line breaks in it would leave its
+			// tail unprefixed.
+			if n := p.Logs().Count(0, func(l string) bool {
+				return strings.TrimSpace(l) != "" && !strings.HasPrefix(l, "{") && !strings.HasPrefix(l, "--- proctest:")
+			}); n != 1 {
+				t.Fatalf("want the error on one line, got %d lines besides the JSON log:\n%v", n, p.Logs().Lines())
 			}
 			if n := p.Logs().Count(0, proctest.Msg("listening")); n != 0 {
 				t.Fatalf("the node listened before refusing:\n%v", p.Logs().Lines())

@@ -58,6 +58,43 @@ type Tracing struct {
 	Shutdown func(ctx context.Context) error
 }
 
+// Check refuses the OTEL_* settings Setup would refuse (an unknown
+// OTEL_TRACES_EXPORTER, a protocol other than http/protobuf), without
+// building anything: the command checks them with its other settings,
+// before it starts.
+func Check() error {
+	_, _, err := settings()
+	return err
+}
+
+// settings reads whether tracing is on, and its endpoint, from the
+// process environment, refusing the values this build cannot honour.
+func settings() (on bool, endpoint string, err error) {
+	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
+		return false, "", nil
+	}
+	endpoint = os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if endpoint == "" {
+		endpoint = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
+	exporter := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")))
+	switch {
+	case exporter == "" && endpoint == "", exporter == ExporterNone:
+		return false, "", nil
+	case exporter == "", exporter == ExporterOTLP:
+	default:
+		return false, "", fmt.Errorf("telemetry: OTEL_TRACES_EXPORTER=%q: this build exports to %q or %q only", exporter, ExporterOTLP, ExporterNone)
+	}
+	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if proto == "" {
+		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	if proto != "" && proto != "http/protobuf" {
+		return false, "", fmt.Errorf("telemetry: OTEL_EXPORTER_OTLP_PROTOCOL=%q: this build speaks OTLP over http/protobuf only (a collector's port 4318)", proto)
+	}
+	return true, endpoint, nil
+}
+
 // Setup reads the OTEL_* variables of the process environment and builds
 // the tracer provider they describe; version is the build's version
 // (service.version). Errors name the variable and its accepted values:
@@ -65,27 +102,12 @@ type Tracing struct {
 // malformed endpoint or resource attribute.
 func Setup(ctx context.Context, version string) (Tracing, error) {
 	off := Tracing{Provider: noop.NewTracerProvider(), Exporter: ExporterNone, Shutdown: func(context.Context) error { return nil }}
-	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
+	on, endpoint, err := settings()
+	if err != nil {
+		return Tracing{}, err
+	}
+	if !on {
 		return off, nil
-	}
-	endpoint := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if endpoint == "" {
-		endpoint = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	}
-	exporter := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER")))
-	switch {
-	case exporter == "" && endpoint == "", exporter == ExporterNone:
-		return off, nil
-	case exporter == "", exporter == ExporterOTLP:
-	default:
-		return Tracing{}, fmt.Errorf("telemetry: OTEL_TRACES_EXPORTER=%q: this build exports to %q or %q only", exporter, ExporterOTLP, ExporterNone)
-	}
-	proto := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if proto == "" {
-		proto = os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
-	if proto != "" && proto != "http/protobuf" {
-		return Tracing{}, fmt.Errorf("telemetry: OTEL_EXPORTER_OTLP_PROTOCOL=%q: this build speaks OTLP over http/protobuf only (a collector's port 4318)", proto)
 	}
 	res, err := resource.New(ctx,
 		resource.WithAttributes(semconv.ServiceName(DefaultServiceName), semconv.ServiceVersion(version)),
