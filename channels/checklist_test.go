@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -73,6 +74,7 @@ func TestChecklist03OriginNotAllowedIs403(t *testing.T) {
 		if c.Resp == nil || c.Resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("origin %q: want 403, got %v", origin, c.Resp)
 		}
+		expectRefusalBody(t, c.Resp, "Origin")
 	}
 }
 
@@ -83,6 +85,7 @@ func TestChecklist04VersionNegotiation(t *testing.T) {
 		if err == nil || c.Resp == nil || c.Resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("%s: want 403, got err=%v resp=%v", q, err, c.Resp)
 		}
+		expectRefusalBody(t, c.Resp, "vsn")
 	}
 	for _, q := range []string{"", "?vsn=1.0.0"} {
 		c := ts.dial(t, q)
@@ -108,7 +111,25 @@ func TestChecklist05ConnectRefusedIs403(t *testing.T) {
 	if err == nil || c.Resp == nil || c.Resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("want 403, got err=%v resp=%v", err, c.Resp)
 	}
+	expectRefusalBody(t, c.Resp, errTest.Error())
 	ts.dial(t, "?vsn=2.0.0&token=good").Heartbeat("1")
+}
+
+// expectRefusalBody checks that a refused upgrade's body is the documented
+// JSON {"error":"forbidden","message":…} and that the message mentions what.
+func expectRefusalBody(t *testing.T, resp *http.Response, what string) {
+	t.Helper()
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Fatalf("refusal Content-Type %q, want application/json", ct)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body struct{ Error, Message string }
+	if err := json.Unmarshal(b, &body); err != nil || body.Error != "forbidden" || !strings.Contains(body.Message, what) {
+		t.Fatalf("refusal body %q (%v), want {\"error\":\"forbidden\",\"message\":…%s…}", b, err, what)
+	}
 }
 
 func TestChecklist06AuthTokenSubprotocol(t *testing.T) {

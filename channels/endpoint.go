@@ -152,6 +152,17 @@ func (e *Endpoint) drainRefusal(r *http.Request) *Refusal {
 		Body: map[string]any{"error": "draining", "message": "the node is draining"}}
 }
 
+// refuseUpgrade answers a WebSocket upgrade refused before the upgrade with
+// 403 and the body {"error":code,"message":message}. A browser cannot read
+// it (it sees a failed upgrade); curl and other clients can.
+func refuseUpgrade(w http.ResponseWriter, code, message string) {
+	b, err := json.Marshal(map[string]string{"error": code, "message": message})
+	if err != nil {
+		b = []byte(`{}`)
+	}
+	writeLongPoll(w, http.StatusForbidden, b)
+}
+
 // admit asks cfg.Admit about r (nil: admitted).
 func (e *Endpoint) admit(r *http.Request) *Refusal {
 	if e.cfg.Admit == nil {
@@ -297,13 +308,13 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !originAllowed(r, e.cfg.AllowedOrigins) {
-		w.WriteHeader(http.StatusForbidden)
+		refuseUpgrade(w, "forbidden", "the Origin is not allowed")
 		return
 	}
 	params := r.URL.Query()
 	ser, err := SerializerFor(params.Get("vsn"))
 	if err != nil {
-		w.WriteHeader(http.StatusForbidden)
+		refuseUpgrade(w, "forbidden", "vsn must be 1.x or 2.x")
 		return
 	}
 	token, offeredPhoenix := authFromProtocols(r.Header)
@@ -314,7 +325,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e.cfg.Connect != nil {
 		if assigns, err = e.cfg.Connect(r, params, token); err != nil {
 			e.cfg.Tracer.Emit("endpoint.refused", "err", err.Error())
-			w.WriteHeader(http.StatusForbidden)
+			refuseUpgrade(w, "forbidden", "the socket was refused: "+err.Error())
 			return
 		}
 	}

@@ -50,6 +50,13 @@ func DecodeInput(body []byte) (agent.Input, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
+		// encoding/json stops at 10,000 levels before the input contract
+		// sees data; a body that deep is refused by the depth rule, as one
+		// of 66 levels is (the body object is one level above data).
+		if nestsDeeper(body, agent.MaxInputDepth+1) {
+			depth := &agent.InputError{Rule: agent.RuleDepth, Detail: fmt.Sprintf("data nests deeper than %d levels", agent.MaxInputDepth)}
+			return in, errorf(http.StatusUnprocessableEntity, CodeInvalidInput, depth.Error())
+		}
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "body must be a JSON object {type, data, idempotency_key}: "+err.Error())
 	}
 	if dec.More() {
@@ -67,7 +74,7 @@ func DecodeInput(body []byte) (agent.Input, error) {
 	if len(in.IdempotencyKey) > 256 {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "idempotency_key must be at most 256 characters")
 	}
-	if t := bytes.TrimSpace(in.Data); len(t) == 0 || bytes.Equal(t, []byte("null")) {
+	if t := bytes.TrimSpace(in.Data); len(t) == 0 {
 		in.Data = json.RawMessage(`{}`)
 	} else if t[0] != '{' {
 		return in, errorf(http.StatusBadRequest, CodeInvalidBody, "data must be a JSON object")
@@ -76,6 +83,30 @@ func DecodeInput(body []byte) (agent.Input, error) {
 		return in, errorf(http.StatusUnprocessableEntity, CodeInvalidInput, err.Error())
 	}
 	return in, nil
+}
+
+// nestsDeeper reports whether the JSON text b nests objects and arrays
+// deeper than limit levels (brackets inside strings do not count). b need
+// not be valid JSON.
+func nestsDeeper(b []byte, limit int) bool {
+	depth := 0
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '{', '[':
+			if depth++; depth > limit {
+				return true
+			}
+		case '}', ']':
+			depth--
+		case '"':
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		}
+	}
+	return false
 }
 
 // sessionParam reads the {id} route parameter and checks that it is valid

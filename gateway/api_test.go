@@ -109,6 +109,8 @@ func TestPostEventBadInput(t *testing.T) {
 		{"not json", url, testAPIKey, "", `hello`, 400, CodeInvalidBody},
 		{"array", url, testAPIKey, "", `[1,2]`, 400, CodeInvalidBody},
 		{"data not object", url, testAPIKey, "", `{"data":"x"}`, 400, CodeInvalidBody},
+		{"data null", url, testAPIKey, "", `{"data":null}`, 400, CodeInvalidBody},
+		{"data array", url, testAPIKey, "", `{"data":[]}`, 400, CodeInvalidBody},
 		{"unknown field", url, testAPIKey, "", `{"dta":{}}`, 400, CodeInvalidBody},
 		{"trailing garbage", url, testAPIKey, "", `{"data":{}} {}`, 400, CodeInvalidBody},
 		{"empty", url, testAPIKey, "", ``, 400, CodeInvalidBody},
@@ -135,10 +137,10 @@ func TestPostEventBadInput(t *testing.T) {
 		})
 	}
 	// Every refused event body is counted by its code (the eight refusals
-	// above after authorization: six invalid bodies, one oversize, one
+	// above after authorization: eight invalid bodies, one oversize, one
 	// content type); a refused session id or credential is not an event.
-	if got := testutilCount(t, n, "relay_events_refused_total"); got != 8 {
-		t.Fatalf("relay_events_refused_total = %v, want 8", got)
+	if got := testutilCount(t, n, "relay_events_refused_total"); got != 10 {
+		t.Fatalf("relay_events_refused_total = %v, want 10", got)
 	}
 	// Nothing was run by the refused requests, and the node still works.
 	status, _, body := do(t, "POST", url, testAPIKey, "", `{"data":{"text":"ok"}}`)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -45,6 +46,33 @@ type joinParams struct {
 	Presence  *bool           `json:"presence"`
 }
 
+// errJoinPayload is the message of a join refused with invalid_body.
+var errJoinPayload = errors.New(`join payload must be {"last_event":{"epoch":E,"seq":S},"presence":bool}, both optional, epoch and seq non-negative integers, no other keys`)
+
+// decodeJoinParams decodes a phx_join payload. An empty or null payload is
+// the default join; anything else must be an object of the documented keys
+// only, with a last_event of non-negative epoch and seq, or it is refused
+// (the join then changes nothing).
+func decodeJoinParams(payload json.RawMessage) (joinParams, error) {
+	var p joinParams
+	t := bytes.TrimSpace(payload)
+	if len(t) == 0 || bytes.Equal(t, []byte("null")) {
+		return p, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(t))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return joinParams{}, errJoinPayload
+	}
+	if dec.More() {
+		return joinParams{}, errJoinPayload
+	}
+	if p.LastEvent != nil && (p.LastEvent.Epoch < 0 || p.LastEvent.Seq < 0) {
+		return joinParams{}, errJoinPayload
+	}
+	return p, nil
+}
+
 // tracked reports whether the join asks for presence (the default).
 func (p joinParams) tracked() bool { return p.Presence == nil || *p.Presence }
 
@@ -82,11 +110,9 @@ func (h *sessionChannel) Join(ctx context.Context, ch *channels.Channel, payload
 	if n.draining.Load() {
 		return channels.JoinResult{}, replyErr(CodeDraining, "this node is draining; reconnect to another node")
 	}
-	var p joinParams
-	if t := bytes.TrimSpace(payload); len(t) > 0 && !bytes.Equal(t, []byte("null")) {
-		if err := json.Unmarshal(t, &p); err != nil {
-			return channels.JoinResult{}, replyErr(CodeInvalidBody, "join payload must be {\"last_event\":{\"epoch\":E,\"seq\":S}}")
-		}
+	p, err := decodeJoinParams(payload)
+	if err != nil {
+		return channels.JoinResult{}, replyErr(CodeInvalidBody, err.Error())
 	}
 
 	h.expireAt(ch, claims)

@@ -51,7 +51,8 @@ func TestPoisonInputRefusedWhileATurnRuns(t *testing.T) {
 
 	deep := func(n int) string { return strings.Repeat(`{"a":`, n-1) + `{}` + strings.Repeat(`}`, n-1) }
 	poison := map[string]string{ // data → the rule that refuses it
-		deep(9998):                       agent.RuleDepth,
+		deep(9998): agent.RuleDepth,
+		`{"a":` + strings.Repeat(`[`, 20000) + strings.Repeat(`]`, 20000) + `}`: agent.RuleDepth, // past encoding/json's own limit
 		`{"text":"\ud800"}`:              agent.RuleSurrogate,
 		`{"n":1e200000}`:                 agent.RuleNumber,
 		`{"text":"a\u0000"}`:             agent.RuleNUL,

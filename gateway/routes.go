@@ -27,8 +27,12 @@ import (
 func (n *Node) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer, n.metrics.observeHTTP)
-	r.Handle("/socket/websocket", n.endpoint)
-	r.Handle("/socket/longpoll", n.longpoll)
+	// Mounted per method so that any other method gets the router's 405
+	// method_not_allowed body, not the transports' bare 400.
+	r.Method(http.MethodGet, "/socket/websocket", n.endpoint)
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodOptions} {
+		r.Method(m, "/socket/longpoll", n.longpoll)
+	}
 	r.Route("/api", func(r chi.Router) {
 		r.Use(n.auth.requireAPI)
 		r.Post("/sessions/{id}/events", n.handlePostEvent)

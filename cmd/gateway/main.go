@@ -21,6 +21,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/relaygw/relay/gateway"
 	"github.com/relaygw/relay/internal/buildinfo"
+	"github.com/relaygw/relay/internal/redislog"
 	"github.com/relaygw/relay/internal/telemetry"
 	"go.opentelemetry.io/otel"
 	"go.uber.org/zap"
@@ -147,6 +148,7 @@ func run(cfg gateway.Config) error {
 		return err
 	}
 	opts := gateway.Options{Logger: log}
+	redislog.Install(log.Named("redis")) // go-redis's own lines as JSON, not plain stderr lines
 	if tracing.Exporter != telemetry.ExporterNone {
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("tracing: export failed", zap.Error(err)) }))
 		opts.TracerProvider = tracing.Provider
