@@ -153,10 +153,10 @@ func (e *Endpoint) drainRefusal(r *http.Request) *Refusal {
 }
 
 // refuseUpgrade answers a WebSocket upgrade refused before the upgrade with
-// 403 and the body {"error":code,"message":message}. A browser cannot read
+// 403 and the body {"error":"forbidden","message":message}. A browser cannot read
 // it (it sees a failed upgrade); curl and other clients can.
-func refuseUpgrade(w http.ResponseWriter, code, message string) {
-	b, err := json.Marshal(map[string]string{"error": code, "message": message})
+func refuseUpgrade(w http.ResponseWriter, message string) {
+	b, err := json.Marshal(map[string]string{"error": "forbidden", "message": message})
 	if err != nil {
 		b = []byte(`{}`)
 	}
@@ -308,13 +308,13 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !originAllowed(r, e.cfg.AllowedOrigins) {
-		refuseUpgrade(w, "forbidden", "the Origin is not allowed")
+		refuseUpgrade(w, "the Origin is not allowed")
 		return
 	}
 	params := r.URL.Query()
 	ser, err := SerializerFor(params.Get("vsn"))
 	if err != nil {
-		refuseUpgrade(w, "forbidden", "vsn must be 1.x or 2.x")
+		refuseUpgrade(w, "vsn must be 1.x or 2.x")
 		return
 	}
 	token, offeredPhoenix := authFromProtocols(r.Header)
@@ -325,7 +325,7 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if e.cfg.Connect != nil {
 		if assigns, err = e.cfg.Connect(r, params, token); err != nil {
 			e.cfg.Tracer.Emit("endpoint.refused", "err", err.Error())
-			refuseUpgrade(w, "forbidden", "the socket was refused: "+err.Error())
+			refuseUpgrade(w, "the socket was refused: "+err.Error())
 			return
 		}
 	}
