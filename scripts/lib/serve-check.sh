@@ -38,6 +38,7 @@ fail() {
   exit 1
 }
 
+: >"$dir/node.log" # exists before the node's redirection opens it: the loop below reads it at once
 (cd "$dir" && ADDR=127.0.0.1:0 LOG_LEVEL=info NODE_NAME=check DATABASE_URL= REDIS_URL= NATS_URL= exec "$bin" >"$dir/node.log" 2>&1) &
 pid=$!
 echo "serve-check: node pid $pid"
