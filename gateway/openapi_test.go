@@ -258,43 +258,34 @@ func emittedCodes(t *testing.T) []string {
 		}
 		other = append(other, fset.Position(e.Pos()).String())
 	}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(file, func(n ast.Node) bool {
-			switch v := n.(type) {
-			case *ast.ValueSpec:
-				for i, name := range v.Names {
-					if !strings.HasPrefix(name.Name, "Code") || i >= len(v.Values) {
-						continue
-					}
-					if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						consts[name.Name], _ = strconv.Unquote(lit.Value)
-					}
+	inspectSources(t, fset, files, func(n ast.Node) bool {
+		switch v := n.(type) {
+		case *ast.ValueSpec:
+			for i, name := range v.Names {
+				if !strings.HasPrefix(name.Name, "Code") || i >= len(v.Values) {
+					continue
 				}
-			case *ast.CallExpr:
-				if id, ok := v.Fun.(*ast.Ident); ok && id.Name == "errorf" && len(v.Args) == 3 {
-					codeExpr(v.Args[1])
+				if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+					consts[name.Name], _ = strconv.Unquote(lit.Value)
 				}
-			case *ast.CompositeLit:
-				if id, ok := v.Type.(*ast.Ident); ok && id.Name == "apiError" {
-					for _, el := range v.Elts {
-						if kv, ok := el.(*ast.KeyValueExpr); ok {
-							if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Code" {
-								codeExpr(kv.Value)
-							}
+			}
+		case *ast.CallExpr:
+			if id, ok := v.Fun.(*ast.Ident); ok && id.Name == "errorf" && len(v.Args) == 3 {
+				codeExpr(v.Args[1])
+			}
+		case *ast.CompositeLit:
+			if id, ok := v.Type.(*ast.Ident); ok && id.Name == "apiError" {
+				for _, el := range v.Elts {
+					if kv, ok := el.(*ast.KeyValueExpr); ok {
+						if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Code" {
+							codeExpr(kv.Value)
 						}
 					}
 				}
 			}
-			return true
-		})
-	}
+		}
+		return true
+	})
 	if len(other) > 0 {
 		t.Errorf("error codes given neither as a Code* constant nor as a string literal, so not checked against docs/openapi.yaml: %v", other)
 	}
@@ -339,35 +330,26 @@ func channelsCodes(t *testing.T) []string {
 		}
 		other = append(other, fset.Position(e.Pos()).String())
 	}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
-		file, err := parser.ParseFile(fset, f, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(file, func(n ast.Node) bool {
-			switch v := n.(type) {
-			case *ast.CallExpr:
-				if sel, ok := v.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "refuse" && len(v.Args) == 5 {
-					code(v.Args[3])
-				}
-			case *ast.CompositeLit:
-				if _, ok := v.Type.(*ast.MapType); !ok {
-					return true
-				}
-				for _, el := range v.Elts {
-					if kv, ok := el.(*ast.KeyValueExpr); ok {
-						if k, ok := kv.Key.(*ast.BasicLit); ok && k.Value == `"error"` {
-							code(kv.Value)
-						}
+	inspectSources(t, fset, files, func(n ast.Node) bool {
+		switch v := n.(type) {
+		case *ast.CallExpr:
+			if sel, ok := v.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "refuse" && len(v.Args) == 5 {
+				code(v.Args[3])
+			}
+		case *ast.CompositeLit:
+			if _, ok := v.Type.(*ast.MapType); !ok {
+				return true
+			}
+			for _, el := range v.Elts {
+				if kv, ok := el.(*ast.KeyValueExpr); ok {
+					if k, ok := kv.Key.(*ast.BasicLit); ok && k.Value == `"error"` {
+						code(kv.Value)
 					}
 				}
 			}
-			return true
-		})
-	}
+		}
+		return true
+	})
 	if len(other) > 0 {
 		t.Errorf("channels error codes not given as a string literal, so not checked against docs/openapi.yaml: %v", other)
 	}
@@ -408,5 +390,21 @@ func TestOpenAPIErrorCodes(t *testing.T) {
 		if !slices.Contains(gw, e) && !slices.Contains(ch, e) {
 			t.Errorf("components.schemas.Error.properties.error.enum lists %q, which neither package gateway nor channels emits", e)
 		}
+	}
+}
+
+// inspectSources parses each non-test Go file of files and walks it with fn
+// (ast.Inspect), failing t on a file that does not parse.
+func inspectSources(t *testing.T, fset *token.FileSet, files []string, fn func(ast.Node) bool) {
+	t.Helper()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, fn)
 	}
 }
