@@ -3,6 +3,8 @@ package muster_test
 import (
 	"slices"
 	"testing"
+
+	"github.com/relaygw/relay/internal/testkit/mustertest"
 )
 
 // D:222/268: nodes converge; a group held on one node is listed by its router
@@ -14,7 +16,7 @@ func TestClusterConvergesAndRouterListsHolder(t *testing.T) {
 	c.waitReady("a", "b")
 	ctx := ctxT(t)
 	g := groupRoutedTo("g", []string{"a", "b"}, "a", nil, "")
-	if err := c.node("b").Join(ctx, g, newMember()); err != nil {
+	if err := c.node("b").Join(ctx, g, mustertest.NewMember()); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.node("a").Occupancy(g); !slices.Equal(got, []string{"b"}) {
@@ -44,10 +46,10 @@ func TestNodeDeathReconverges(t *testing.T) {
 	all := []string{"a", "b", "c"}
 	gA := groupRoutedTo("ga", all, "c", []string{"a", "b"}, "b") // held by a, routed c → b
 	gC := groupRoutedTo("gc", all, "a", nil, "")                 // held by c (dies)
-	if err := c.node("a").Join(ctx, gA, newMember()); err != nil {
+	if err := c.node("a").Join(ctx, gA, mustertest.NewMember()); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.node("c").Join(ctx, gC, newMember()); err != nil {
+	if err := c.node("c").Join(ctx, gC, mustertest.NewMember()); err != nil {
 		t.Fatal(err)
 	}
 	c.stop("c")

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/relaygw/relay/internal/testkit/mustertest"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/memnet"
@@ -18,43 +18,6 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// fastConfig is the test timer preset: short cooldown and heartbeats, vacant
-// flush and tombstone sweep driven by hand (long intervals), failure
-// detection generous enough not to fire spuriously under -race.
-func fastConfig() muster.Config {
-	return muster.Config{
-		Name:               "test",
-		Shards:             2,
-		Cooldown:           50 * time.Millisecond,
-		VacantFlush:        time.Hour,
-		ViewHeartbeat:      100 * time.Millisecond,
-		RPCTimeout:         time.Second,
-		GatherTimeout:      5 * time.Second,
-		PingInterval:       50 * time.Millisecond,
-		PeerDownAfter:      3 * time.Second,
-		TombstoneWindow:    time.Hour,
-		SingletonPromotion: 100 * time.Millisecond,
-		AntiEntropy:        -1,
-		DrainSettle:        10 * time.Millisecond,
-	}
-}
-
-// member is a test Member.
-type member struct {
-	id   string
-	done chan struct{}
-	once sync.Once
-}
-
-var memberSeq atomic.Int64
-
-func newMember() *member {
-	return &member{id: fmt.Sprintf("m%d", memberSeq.Add(1)), done: make(chan struct{})}
-}
-func (m *member) ID() string            { return m.id }
-func (m *member) Done() <-chan struct{} { return m.done }
-func (m *member) kill()                 { m.once.Do(func() { close(m.done) }) }
 
 // cluster is a set of Scopes on one memnet network.
 type cluster struct {
@@ -73,7 +36,7 @@ func newCluster(t testing.TB, seed int64) *cluster {
 }
 
 func (c *cluster) config(name string) muster.Config {
-	cfg := fastConfig()
+	cfg := mustertest.FastConfig()
 	cfg.Node = name
 	cfg.Transport = c.net.Transport(name)
 	cfg.Tracer = c.tr

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testkit/mustertest"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
 )
@@ -41,10 +42,10 @@ func TestFirstJoinOneClaimSecondNone(t *testing.T) {
 	c, g := twoNodes(t)
 	a := c.node("a")
 	ctx := ctxT(t)
-	if err := a.Join(ctx, g, newMember()); err != nil {
+	if err := a.Join(ctx, g, mustertest.NewMember()); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Join(ctx, g, newMember()); err != nil {
+	if err := a.Join(ctx, g, mustertest.NewMember()); err != nil {
 		t.Fatal(err)
 	}
 	if n := c.tr.Count(kindOf("muster_occupied_dispatch", "a", "group", g)); n != 1 {
@@ -69,7 +70,7 @@ func TestConcurrentFirstJoinsDedup(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- a.Join(ctx, g, newMember())
+			errs <- a.Join(ctx, g, mustertest.NewMember())
 		}()
 	}
 	if _, err := c.tr.WaitFor(ctx, kindOf("muster_occupied_apply", "b", "span", "start", "group", g)); err != nil {
@@ -103,7 +104,7 @@ func TestClaimFailureThenRetry(t *testing.T) {
 	c, g := twoNodes(t)
 	a := c.node("a")
 	c.net.Block("a", "b")
-	m := newMember()
+	m := mustertest.NewMember()
 	if err := a.Join(ctxT(t), g, m); !errors.Is(err, muster.ErrRPCFailed) {
 		t.Fatalf("join = %v, want ErrRPCFailed", err)
 	}
@@ -135,7 +136,7 @@ func TestCallerGoneMidJoin(t *testing.T) {
 	c.tr.Park(kindOf("muster_occupied_apply", "b", "span", "start", "group", g), until)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- a.Join(ctx, g, newMember()) }()
+	go func() { done <- a.Join(ctx, g, mustertest.NewMember()) }()
 	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_occupied_apply", "b", "span", "start", "group", g)); err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +161,8 @@ func TestCallerGoneMidJoin(t *testing.T) {
 func TestDeadMemberRemoteRouterRetracts(t *testing.T) {
 	c, g := twoNodes(t)
 	a, b := c.node("a"), c.node("b")
-	m := newMember()
-	m.kill()
+	m := mustertest.NewMember()
+	m.Kill()
 	if err := a.Join(ctxT(t), g, m); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestShardCrashInRemoteJoinWindows(t *testing.T) {
 			c, g := twoNodes(t)
 			a, b := c.node("a"), c.node("b")
 			a.ArmCrash(point, 1)
-			if err := a.Join(ctxT(t), g, newMember()); !errors.Is(err, muster.ErrRestarted) {
+			if err := a.Join(ctxT(t), g, mustertest.NewMember()); !errors.Is(err, muster.ErrRestarted) {
 				t.Fatalf("join = %v, want ErrRestarted", err)
 			}
 			waitState(t, a, g, "vacant_queued")
@@ -216,7 +217,7 @@ func TestShardCrashInLocalJoinWindows(t *testing.T) {
 			a := c.add("a")
 			eventually(t, 5*time.Second, "ready", func() bool { return a.Status() == muster.Ready })
 			a.ArmCrash(point, 1)
-			m := newMember()
+			m := mustertest.NewMember()
 			err := a.Join(ctxT(t), "g", m)
 			if !errors.Is(err, muster.ErrRestarted) {
 				t.Fatalf("join = %v, want ErrRestarted", err)
@@ -249,7 +250,7 @@ func TestCooldownReclaimNoRPC(t *testing.T) {
 	c, g := twoNodes(t, func(_ string, cfg *muster.Config) { cfg.Cooldown = time.Hour })
 	a := c.node("a")
 	ctx := ctxT(t)
-	m := newMember()
+	m := mustertest.NewMember()
 	_ = a.Join(ctx, g, m)
 	_ = a.Leave(ctx, g, m)
 	if st := a.GroupState(g); st != "cooldown" {
@@ -277,7 +278,7 @@ func TestCooldownReclaimAsOwnRouterAfterCoordinatorRestart(t *testing.T) {
 	eventually(t, 5*time.Second, "a ready", func() bool { return a.Status() == muster.Ready })
 	g := groupRoutedTo("g", []string{"a", "b"}, "b", []string{"a"}, "a")
 	ctx := ctxT(t)
-	m := newMember()
+	m := mustertest.NewMember()
 	_ = a.Join(ctx, g, m)
 	_ = a.Leave(ctx, g, m)
 	c.add("b")
@@ -294,7 +295,7 @@ func TestCooldownReclaimAsOwnRouterAfterCoordinatorRestart(t *testing.T) {
 	if st := a.GroupState(g); st != "cooldown" {
 		t.Fatalf("state after restart %s, want cooldown", st)
 	}
-	if err := a.Join(ctx, g, newMember()); err != nil {
+	if err := a.Join(ctx, g, mustertest.NewMember()); err != nil {
 		t.Fatal(err)
 	}
 	nodes, ok := a.Targets(g, a.ViewHash())
@@ -309,7 +310,7 @@ func TestVacantFlushRetryAfterFailedBatch(t *testing.T) {
 	c, g := twoNodes(t)
 	a, b := c.node("a"), c.node("b")
 	ctx := ctxT(t)
-	m := newMember()
+	m := mustertest.NewMember()
 	_ = a.Join(ctx, g, m)
 	_ = a.Leave(ctx, g, m)
 	a.ExpireCooldown(g)
@@ -343,7 +344,7 @@ func TestVacantFlushBatchesPerRouter(t *testing.T) {
 	g2 := groupRoutedTo("y", []string{"a", "b"}, "b", nil, "")
 	ctx := ctxT(t)
 	for _, g := range []string{g1, g2} {
-		m := newMember()
+		m := mustertest.NewMember()
 		_ = a.Join(ctx, g, m)
 		_ = a.Leave(ctx, g, m)
 		a.ExpireCooldown(g)
@@ -362,7 +363,7 @@ func TestRejoinDuringVacantFlushDeleteAfterInsert(t *testing.T) {
 	c, g := twoNodes(t)
 	a, b := c.node("a"), c.node("b")
 	ctx := ctxT(t)
-	m := newMember()
+	m := mustertest.NewMember()
 	if err := a.Join(ctx, g, m); err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +404,7 @@ func TestRejoinRaceInsertAfterDelete(t *testing.T) {
 	ctx := ctxT(t)
 	c.tr.Park(kindOf("muster_occupied_apply", "b", "span", "start", "group", g), kindOf("muster_vacant_batch", "b", "span", "complete", "source", "a"))
 	done := make(chan error, 1)
-	go func() { done <- a.Join(ctx, g, newMember()) }()
+	go func() { done <- a.Join(ctx, g, mustertest.NewMember()) }()
 	if _, err := c.tr.WaitFor(ctx, kindOf("muster_occupied_apply", "b", "span", "start", "group", g)); err != nil {
 		t.Fatal(err)
 	}
@@ -439,7 +440,7 @@ func TestClaimFailsWhenRouterDies(t *testing.T) {
 	c.tr.Park(kindOf("muster_occupied_apply", "b", "span", "start", "group", g), until)
 	ctx := ctxT(t)
 	done := make(chan error, 1)
-	go func() { done <- a.Join(ctx, g, newMember()) }()
+	go func() { done <- a.Join(ctx, g, mustertest.NewMember()) }()
 	if _, err := c.tr.WaitFor(ctx, kindOf("muster_occupied_apply", "b", "span", "start", "group", g)); err != nil {
 		t.Fatal(err)
 	}

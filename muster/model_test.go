@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testkit/mustertest"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/memnet"
 )
@@ -99,7 +100,7 @@ func TestModel(t *testing.T) {
 type modelMember struct {
 	node, group string
 	gen         int // the node's generation (restarts) when it joined
-	m           *member
+	m           *mustertest.Member
 	held        bool // Join returned nil, and no Leave, death or stop since
 }
 
@@ -256,7 +257,7 @@ func (md *modelRun) step(pool []string) {
 	s := c.node(n)
 	switch op := rng.Intn(100); {
 	case op < 36: // join
-		m := &modelMember{node: n, group: md.groups[rng.Intn(len(md.groups))], gen: md.gen[n], m: newMember()}
+		m := &modelMember{node: n, group: md.groups[rng.Intn(len(md.groups))], gen: md.gen[n], m: mustertest.NewMember()}
 		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
 		err := s.Join(ctx, m.group, m.m)
 		cancel()
@@ -271,7 +272,7 @@ func (md *modelRun) step(pool []string) {
 		}
 	case op < 56: // member death
 		if m := md.pickMember(); m != nil {
-			m.m.kill()
+			m.m.Kill()
 			m.held = false
 		}
 	case op < 61: // add a node

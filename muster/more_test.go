@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testkit/mustertest"
 	"github.com/relaygw/relay/muster"
 	"github.com/relaygw/relay/muster/ring"
 )
@@ -82,7 +83,7 @@ func TestClaimsDoNotBlockCoordinator(t *testing.T) {
 	until, release := releaser(c)
 	c.tr.Park(kindOf("muster_occupied_apply", "b", "span", "start", "group", g), until)
 	done := make(chan error, 1)
-	go func() { done <- a.Join(ctxT(t), g, newMember()) }()
+	go func() { done <- a.Join(ctxT(t), g, mustertest.NewMember()) }()
 	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_occupied_apply", "b", "span", "start", "group", g)); err != nil {
 		t.Fatal(err)
 	}

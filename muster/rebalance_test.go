@@ -8,14 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testkit/mustertest"
 	"github.com/relaygw/relay/muster"
 )
 
 func longRPC(_ string, cfg *muster.Config) { cfg.RPCTimeout = 30 * time.Second }
 
-func joinOK(t *testing.T, s *muster.Scope, g string) *member {
+func joinOK(t *testing.T, s *muster.Scope, g string) *mustertest.Member {
 	t.Helper()
-	m := newMember()
+	m := mustertest.NewMember()
 	if err := s.Join(ctxT(t), g, m); err != nil {
 		t.Fatalf("join %s on %s: %v", g, s.Node(), err)
 	}
@@ -172,7 +173,7 @@ func TestLateOccupiedAfterBothSweeps(t *testing.T) {
 	until, release := releaser(c)
 	c.tr.Park(kindOf("muster_occupied_apply", "b", "span", "start", "group", g), until)
 	done := make(chan error, 1)
-	go func() { done <- a.Join(ctxT(t), g, newMember()) }()
+	go func() { done <- a.Join(ctxT(t), g, mustertest.NewMember()) }()
 	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_occupied_apply", "b", "span", "start", "group", g)); err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +525,7 @@ func TestSelfRoutedFlushRacingGather(t *testing.T) {
 	if _, err := c.tr.WaitFor(ctxT(t), kindOf("muster_shard_gather", "t", "shard", 1)); err != nil {
 		t.Fatal(err)
 	}
-	m.kill()
+	m.Kill()
 	waitState(t, tt, g, "cooldown")
 	tt.ExpireCooldown(g)
 	tt.FlushAll()
@@ -585,7 +586,7 @@ func TestDrain(t *testing.T) {
 	if err := a.Drain(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Join(ctxT(t), "x", newMember()); !errors.Is(err, muster.ErrDraining) {
+	if err := a.Join(ctxT(t), "x", mustertest.NewMember()); !errors.Is(err, muster.ErrDraining) {
 		t.Fatalf("join after drain = %v", err)
 	}
 	c.waitReady("b", "c")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testkit/mustertest"
 	"github.com/relaygw/relay/muster"
 )
 
@@ -64,7 +65,7 @@ func TestJoinLocalRouterWritesSelfRowNoRPC(t *testing.T) {
 	c := newCluster(t, 1)
 	s := c.add("a")
 	eventually(t, 5*time.Second, "ready", func() bool { return s.Status() == muster.Ready })
-	m1, m2 := newMember(), newMember()
+	m1, m2 := mustertest.NewMember(), mustertest.NewMember()
 	ctx := ctxT(t)
 	if err := s.Join(ctx, "g", m1); err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func TestLeaveCooldownQueueFlushSelfRouted(t *testing.T) {
 	c.mod = func(_ string, cfg *muster.Config) { cfg.Cooldown = time.Hour }
 	s := c.add("a")
 	ctx := ctxT(t)
-	m1, m2 := newMember(), newMember()
+	m1, m2 := mustertest.NewMember(), mustertest.NewMember()
 	_ = s.Join(ctx, "g", m1)
 	_ = s.Join(ctx, "g", m2)
 	if err := s.Leave(ctx, "g", m1); err != nil {
@@ -139,8 +140,8 @@ func TestLeaveCooldownQueueFlushSelfRouted(t *testing.T) {
 func TestJoinDeadMemberLocalRouterRetracts(t *testing.T) {
 	c := newCluster(t, 1)
 	s := c.add("a")
-	m := newMember()
-	m.kill()
+	m := mustertest.NewMember()
+	m.Kill()
 	if err := s.Join(ctxT(t), "g", m); err != nil {
 		t.Fatal(err)
 	}
@@ -159,9 +160,9 @@ func TestMemberDeathRemovesIt(t *testing.T) {
 	c := newCluster(t, 1)
 	c.mod = func(_ string, cfg *muster.Config) { cfg.Cooldown = time.Hour }
 	s := c.add("a")
-	m := newMember()
+	m := mustertest.NewMember()
 	_ = s.Join(ctxT(t), "g", m)
-	m.kill()
+	m.Kill()
 	waitState(t, s, "g", "cooldown")
 	if len(s.LocalMembers("g")) != 0 {
 		t.Fatal("dead member still registered")
@@ -177,7 +178,7 @@ func TestDumpTextAndJSON(t *testing.T) {
 		t.Fatalf("empty dump:\n%s", empty)
 	}
 	ctx := ctxT(t)
-	m1, m2 := newMember(), newMember()
+	m1, m2 := mustertest.NewMember(), mustertest.NewMember()
 	_ = s.Join(ctx, "room:1", m1)
 	_ = s.Join(ctx, "room:2", m2)
 	_ = s.Leave(ctx, "room:2", m2)
@@ -209,11 +210,11 @@ func TestJoinAfterCloseAndBeforeStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Join(context.Background(), "g", newMember()); !errors.Is(err, muster.ErrNotStarted) {
+	if err := s.Join(context.Background(), "g", mustertest.NewMember()); !errors.Is(err, muster.ErrNotStarted) {
 		t.Fatalf("before start: %v", err)
 	}
 	_ = s.Close()
-	if err := s.Join(context.Background(), "g", newMember()); !errors.Is(err, muster.ErrClosed) {
+	if err := s.Join(context.Background(), "g", mustertest.NewMember()); !errors.Is(err, muster.ErrClosed) {
 		t.Fatalf("after close: %v", err)
 	}
 }

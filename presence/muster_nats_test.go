@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/relaygw/relay/internal/testkit/mustertest"
 	"github.com/relaygw/relay/internal/testkit/testenv"
 	"github.com/relaygw/relay/internal/trace"
 	"github.com/relaygw/relay/muster"
@@ -35,7 +35,7 @@ func TestMusterOverRealNATS(t *testing.T) {
 	const censusInterval = 100 * time.Millisecond
 	nodes := map[string]*musterNATSNode{}
 	start := func(name string) {
-		cfg := musterTestConfig()
+		cfg := mustertest.FastConfig()
 		cfg.Node = name
 		cfg.Tracer = tr
 		cfg.PingInterval = 50 * time.Millisecond
@@ -82,7 +82,7 @@ func TestMusterOverRealNATS(t *testing.T) {
 	holders := map[string][]string{}
 	join := func(node, g string) {
 		t.Helper()
-		if err := nodes[node].scope.Join(musterCtx(t), g, newMusterMember()); err != nil {
+		if err := nodes[node].scope.Join(musterCtx(t), g, mustertest.NewMember()); err != nil {
 			t.Fatal(err)
 		}
 		nodes[node].census.Inc(g)
@@ -165,39 +165,6 @@ func TestMusterOverRealNATS(t *testing.T) {
 	checkTargets()
 	checkCensus()
 }
-
-// musterTestConfig is a Muster configuration with short timers for tests.
-func musterTestConfig() muster.Config {
-	return muster.Config{
-		Name:               "test",
-		Shards:             2,
-		Cooldown:           50 * time.Millisecond,
-		VacantFlush:        time.Hour,
-		ViewHeartbeat:      100 * time.Millisecond,
-		RPCTimeout:         time.Second,
-		GatherTimeout:      5 * time.Second,
-		PingInterval:       50 * time.Millisecond,
-		PeerDownAfter:      3 * time.Second,
-		TombstoneWindow:    time.Hour,
-		SingletonPromotion: 100 * time.Millisecond,
-		AntiEntropy:        -1,
-		DrainSettle:        10 * time.Millisecond,
-	}
-}
-
-// musterMember is a Muster member that stays until the test ends.
-type musterMember struct {
-	id   string
-	done chan struct{}
-}
-
-var musterMemberSeq atomic.Int64
-
-func newMusterMember() *musterMember {
-	return &musterMember{id: fmt.Sprintf("m%d", musterMemberSeq.Add(1)), done: make(chan struct{})}
-}
-func (m *musterMember) ID() string            { return m.id }
-func (m *musterMember) Done() <-chan struct{} { return m.done }
 
 // musterCtx is a hang guard for one Muster call.
 func musterCtx(t testing.TB) context.Context {
