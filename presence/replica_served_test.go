@@ -29,71 +29,12 @@ func refs(ms []map[string]any) []string {
 	return out
 }
 
-// observer is one socket that joined a topic on one node at some moment:
-// it subscribed to the topic's broadcasts, then was served the topic's
-// presence_state (and, when counted, presence_count), in the gateway's
-// order (sessionChannel.Join), and from then on applies what is broadcast
-// as phoenix.js's Presence does (docs/PHOENIX.md §5.2).
-type observer struct {
-	name    string
-	topic   string
-	refs    map[string]string // phx_ref → key
-	count   int
-	counted bool // last told counts (presence_state {} then presence_count)
-}
-
-func (o *observer) apply(t fataler, event string, payload json.RawMessage) {
-	switch event {
-	case "presence_state":
-		var p wirePresences
-		if err := json.Unmarshal(payload, &p); err != nil {
-			t.Fatal(err)
-		}
-		o.refs, o.counted = map[string]string{}, false
-		for k, e := range p {
-			for _, r := range refs(e.Metas) {
-				o.refs[r] = k
-			}
-		}
-	case "presence_diff":
-		if o.counted {
-			t.Fatalf("%s: presence_diff %s while counting", o.name, payload)
-		}
-		// phoenix.js syncDiff: the joins, then the leaves.
-		var d struct{ Joins, Leaves *wirePresences }
-		if err := json.Unmarshal(payload, &d); err != nil {
-			t.Fatal(err)
-		}
-		if d.Joins == nil || d.Leaves == nil {
-			t.Fatalf("%s: presence_diff %s lacks joins or leaves", o.name, payload)
-		}
-		for k, e := range *d.Joins {
-			for _, r := range refs(e.Metas) {
-				o.refs[r] = k
-			}
-		}
-		for _, e := range *d.Leaves {
-			for _, r := range refs(e.Metas) {
-				delete(o.refs, r)
-			}
-		}
-	case "presence_count":
-		var c struct{ Count int }
-		if err := json.Unmarshal(payload, &c); err != nil {
-			t.Fatal(err)
-		}
-		o.count, o.counted = c.Count, true
-	default:
-		t.Fatalf("unexpected event %s", event)
-	}
-}
-
 // servedNode is one node of the served-state property test: its Replica
 // and the observers subscribed to it.
 type servedNode struct {
 	name string
 	r    *presence.Replica
-	obs  []*observer
+	obs  []*viewer
 	// hook, when set, runs at the start of the next OnBroadcast call (in
 	// the flush, after the flush took its changes, before they reach the
 	// subscribers): a socket joining while the flush is under way.
@@ -102,14 +43,14 @@ type servedNode struct {
 
 // join is a socket joining topic on n: subscribe, then be served the
 // state, as sessionChannel.Join does.
-func (n *servedNode) join(t fataler, name, topic string) *observer {
-	o := &observer{name: name, topic: topic, refs: map[string]string{}}
+func (n *servedNode) join(t fataler, name, topic string) *viewer {
+	o := &viewer{name: name, topic: topic, refs: map[string]string{}}
 	n.obs = append(n.obs, o)
 	n.serve(t, o)
 	return o
 }
 
-func (n *servedNode) serve(t fataler, o *observer) {
+func (n *servedNode) serve(t fataler, o *viewer) {
 	st, counted := n.r.List(o.topic)
 	o.apply(t, "presence_state", st)
 	if counted {
@@ -117,7 +58,7 @@ func (n *servedNode) serve(t fataler, o *observer) {
 	}
 }
 
-// check: every observer of n shows what n's Replica lists (or counts).
+// check: every viewer of n shows what n's Replica lists (or counts).
 func (n *servedNode) check(t fataler, when string) {
 	for _, o := range n.obs {
 		st, counted := n.r.List(o.topic)

@@ -92,39 +92,54 @@ func (n *qnet) drain() {
 	}
 }
 
-// viewer is a subscriber of one topic on one node, applying what the
-// Replica broadcasts as phoenix.js's Presence does (docs/PHOENIX.md §5.2).
+// viewer is one socket subscribed to a topic on one node, applying what
+// the Replica broadcasts as phoenix.js's Presence does (docs/PHOENIX.md
+// §5.2). In the served-state test it joins at some moment: it subscribes to
+// the topic's broadcasts, then is served the topic's presence_state (and,
+// when counted, presence_count), in the gateway's order
+// (sessionChannel.Join). A diff lacking joins or leaves, or one that comes
+// while counting, fails the test.
 type viewer struct {
-	refs  map[string]string // phx_ref → key
-	count int
+	name    string
+	topic   string
+	refs    map[string]string // phx_ref → key
+	count   int
+	counted bool // last told counts (presence_state {} then presence_count)
 }
 
-func (v *viewer) apply(t fataler, event string, payload json.RawMessage) {
-	var p wirePresences
+func (o *viewer) apply(t fataler, event string, payload json.RawMessage) {
 	switch event {
 	case "presence_state":
+		var p wirePresences
 		if err := json.Unmarshal(payload, &p); err != nil {
 			t.Fatal(err)
 		}
-		v.refs = map[string]string{}
+		o.refs, o.counted = map[string]string{}, false
 		for k, e := range p {
 			for _, r := range refs(e.Metas) {
-				v.refs[r] = k
+				o.refs[r] = k
 			}
 		}
 	case "presence_diff":
-		var d struct{ Joins, Leaves wirePresences }
+		if o.counted {
+			t.Fatalf("%s: presence_diff %s while counting", o.name, payload)
+		}
+		// phoenix.js syncDiff: the joins, then the leaves.
+		var d struct{ Joins, Leaves *wirePresences }
 		if err := json.Unmarshal(payload, &d); err != nil {
 			t.Fatal(err)
 		}
-		for k, e := range d.Joins {
+		if d.Joins == nil || d.Leaves == nil {
+			t.Fatalf("%s: presence_diff %s lacks joins or leaves", o.name, payload)
+		}
+		for k, e := range *d.Joins {
 			for _, r := range refs(e.Metas) {
-				v.refs[r] = k
+				o.refs[r] = k
 			}
 		}
-		for _, e := range d.Leaves {
+		for _, e := range *d.Leaves {
 			for _, r := range refs(e.Metas) {
-				delete(v.refs, r)
+				delete(o.refs, r)
 			}
 		}
 	case "presence_count":
@@ -132,7 +147,7 @@ func (v *viewer) apply(t fataler, event string, payload json.RawMessage) {
 		if err := json.Unmarshal(payload, &c); err != nil {
 			t.Fatal(err)
 		}
-		v.count = c.Count
+		o.count, o.counted = c.Count, true
 	default:
 		t.Fatalf("unexpected event %s", event)
 	}
