@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -77,30 +78,14 @@ func (r *readiness) state() (bool, []string) {
 		return false, []string{"starting: no probe round has passed yet"}
 	}
 	out := make([]string, 0, len(r.reasons))
-	for _, k := range readyChecks {
-		if v, ok := r.reasons[k]; ok {
-			out = append(out, k+": "+v)
-		}
+	for _, k := range slices.Sorted(maps.Keys(r.reasons)) {
+		out = append(out, k+": "+r.reasons[k])
 	}
-	var other []string
-	for k, v := range r.reasons {
-		if !slices.Contains(readyChecks, k) {
-			other = append(other, k+": "+v)
-		}
-	}
-	slices.Sort(other)
-	out = append(out, other...)
 	if len(out) == 0 { // recovering: the checks pass, the streak is not long enough yet
 		out = append(out, fmt.Sprintf("recovering: %d of %d good probe rounds", r.streak, readyOKRounds))
 	}
 	return false, out
 }
-
-// readyChecks names the checks in report order.
-// round's checks are all listed here; state reports a check missing from
-// this list anyway (after the listed ones), so a failing check is never
-// hidden behind "recovering".
-var readyChecks = []string{"nats", "nats_pubsub", "lease_store", "replay_store", "muster"}
 
 // record applies one round's failures (empty: all passed) with hysteresis
 // and reports whether readiness changed.

@@ -160,7 +160,8 @@ func TestReadyReasonsNameNATSPubSub(t *testing.T) {
 	t.Logf("reasons: %q", reasons)
 }
 
-// A failing check missing from readyChecks is still reported by name.
+// Every failing check is reported by name, sorted, whatever its name:
+// none is hidden behind "recovering".
 func TestReadyReasonsNameUnlistedChecks(t *testing.T) {
 	var r readiness
 	r.record(map[string]string{"zz_new_check": "broken", "nats": "connection closed"})
