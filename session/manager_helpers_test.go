@@ -184,8 +184,6 @@ func (f *flakyLeases) Claim(ctx context.Context, key, owner string, ttl time.Dur
 	return f.LeaseStore.Claim(ctx, key, owner, ttl)
 }
 
-// stores is one set of shared stores (as one database and one Redis would
-// be for a cluster), plus a way to make store time pass.
 // ClusterAdapters builds the cluster store adapters (session/pgstore,
 // session/redisstore) for this package's in-package tests. Those packages
 // import session, so a file of package session cannot import them;
@@ -209,6 +207,8 @@ func clusterAdapters(t *testing.T) *Adapters {
 	return ClusterAdapters
 }
 
+// stores is one set of shared stores (as one database and one Redis would
+// be for a cluster), plus a way to make store time pass.
 type stores struct {
 	leases LeaseStore
 	store  SessionStore
