@@ -34,7 +34,7 @@ import { after, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { FAST_CLUSTER } from "./cluster.mjs";
 import { GATEWAY_BIN, spawnOwned, uniqueId } from "./gateway.mjs";
-import { killAllWith, processesWith, runMarker } from "./procs.mjs";
+import { killAllWith, processesWith, runMarker, terminalPipeline } from "./procs.mjs";
 import { PG, dropSchemas, storeEnv } from "./stores.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -475,13 +475,7 @@ for (const c of captured) {
     // SHELL: the shell script(1) runs the command line with (PIPESTATUS is bash's).
     const env = { ...process.env, ...storeEnv({ nats: true }), ...FAST_CLUSTER, GATEWAY_BIN, BASE_PORT: String(basePort), LOG_DIR: logDir, DRAIN_WINDOW: "15s", LOG_LEVEL: "info", SHELL: "/bin/bash", [marker[0]]: marker[1] };
     for (const k of ["JWT_SECRET", "API_KEYS", "ADMIN_TOKEN", "RELAY_CLUSTER_FG"]) delete env[k];
-    const shell = `trap : INT; ${c.cmd}; echo "pipeline done: make exited \${PIPESTATUS[0]}"; read -r _`;
-    const term = spawn("script", ["-qfec", shell, "/dev/null"], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
-    let exited = null;
-    once(term, "exit").then(([code, signal]) => (exited = { code, signal }));
-    let text = "";
-    term.stdout.on("data", (d) => (text += d));
-    term.stderr.on("data", (d) => (text += d));
+    const run = terminalPipeline(c.cmd, { cwd: ROOT, env });
     const nodeLog = (n) => {
       try {
         return readFileSync(join(logDir, `node${n}.log`), "utf8");
@@ -492,11 +486,11 @@ for (const c of captured) {
     let ok = false;
     try {
       await until(() => {
-        if (exited) throw new Error(`exited early ${JSON.stringify(exited)}:\n${text}`);
-        return text.includes("Ctrl-C stops all three.");
-      }, () => `banner:\n${text}`);
-      const token = text.match(/socket\/API token \(JWT, all sessions\): (\S+)/)?.[1];
-      assert.ok(token, `token in the banner:\n${text}`);
+        if (run.exited) throw new Error(`exited early ${JSON.stringify(run.exited)}:\n${run.text}`);
+        return run.text.includes("Ctrl-C stops all three.");
+      }, () => `banner:\n${run.text}`);
+      const token = run.text.match(/socket\/API token \(JWT, all sessions\): (\S+)/)?.[1];
+      assert.ok(token, `token in the banner:\n${run.text}`);
       // A session with an owner: a live lease the drain must release.
       await until(async () => (await Promise.all([0, 1, 2].map((i) => statusOf(`http://127.0.0.1:${basePort + i}/readyz`)))).every((st) => st === 200), () => "all three /readyz 200");
       const session = uniqueId("pipe-");
@@ -509,13 +503,13 @@ for (const c of captured) {
       const schema = schemaOf(env);
       assert.ok(liveLeases(schema, ["node1", "node2", "node3"]).length > 0, "a live lease before Ctrl-C");
 
-      term.stdin.write("\x03"); // Ctrl-C typed into the terminal
-      await until(() => /pipeline done: make exited \d+/.test(text), () => `the pipeline ends after Ctrl-C:\n${text}`);
+      run.term.stdin.write("\x03"); // Ctrl-C typed into the terminal
+      await until(() => /pipeline done: make exited \d+/.test(run.text), () => `the pipeline ends after Ctrl-C:\n${run.text}`);
       // The script and its nodes may outlive make: wait for them. The pty and its shell stay.
       const others = () => processesWith(marker).filter((l) => !/^\d+ (script|bash -c trap)/.test(l));
-      await until(() => others().length === 0, () => `processes of the run still running:\n${others().join("\n")}\n${text}`);
-      term.stdin.write("\n");
-      await until(() => exited, () => `the pty's shell exits:\n${text}`);
+      await until(() => others().length === 0, () => `processes of the run still running:\n${others().join("\n")}\n${run.text}`);
+      run.term.stdin.write("\n");
+      await until(() => run.exited, () => `the pty's shell exits:\n${run.text}`);
       assert.deepEqual(processesWith(marker), [], "no process of the run left");
       for (const n of [1, 2, 3]) {
         const msgs = jsonLines(nodeLog(n)).map((e) => e.msg);
@@ -524,15 +518,15 @@ for (const c of captured) {
         assert.ok(!msgs.includes("drain incomplete"), `node${n} drain complete: ${msgs.join(" | ")}`);
         // Its own close of the NATS link at the stop is no warning.
         assert.ok(!msgs.includes("nats disconnected"), `node${n} logs no "nats disconnected" at its stop: ${msgs.join(" | ")}`);
-        if (c.reportShown) assert.match(text, new RegExp(`cluster: node${n} \\(pid \\d+\\) drained and exited 0`), text);
+        if (c.reportShown) assert.match(run.text, new RegExp(`cluster: node${n} \\(pid \\d+\\) drained and exited 0`), run.text);
       }
       assert.deepEqual(liveLeases(schema, ["node1", "node2", "node3"]), [], "no live lease of the three nodes after Ctrl-C");
       ok = true;
     } finally {
       if (!ok) for (const n of [1, 2, 3]) console.error(`--- node${n}.log (tail)\n${nodeLog(n).split("\n").slice(-20).join("\n")}`);
-      term.stdin.destroy();
+      run.term.stdin.destroy();
       try {
-        process.kill(-term.pid, "SIGKILL");
+        process.kill(-run.term.pid, "SIGKILL");
       } catch {
         // gone
       }

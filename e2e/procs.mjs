@@ -2,6 +2,8 @@
 // (the pty's shell, make, the script, setsid, the gateway nodes, a tee) inherits the
 // marker from the environment the test gave it, whatever session or process group it moved
 // to, so a scan of /proc finds the ones left behind (Linux).
+import { spawn } from "node:child_process";
+import { once } from "node:events";
 import { readFileSync, readdirSync } from "node:fs";
 import { uniqueId } from "./gateway.mjs";
 
@@ -46,4 +48,23 @@ export function killAllWith(marker) {
       // gone
     }
   }
+}
+
+/**
+ * Runs cmd (a bash command line, e.g. a pipeline) on a new pseudo-terminal as a user's
+ * terminal would (script -q -f -e -c; output flushed at once): the pipeline is the
+ * terminal's foreground job, so \x03 written to it or SIGINT to its group is a Ctrl-C.
+ * The shell stays open after the pipeline, printing "pipeline done: make exited N" (the
+ * pipeline's first command's status), until its standard input gives a line, so a
+ * closed terminal's SIGHUP cannot hide leftovers. Returns {term, text, exited}: text
+ * grows with the terminal's output, exited is {code, signal} once the shell ended.
+ */
+export function terminalPipeline(cmd, { cwd, env }) {
+  const shell = `trap : INT; ${cmd}; echo "pipeline done: make exited \${PIPESTATUS[0]}"; read -r _`;
+  const term = spawn("script", ["-qfec", shell, "/dev/null"], { cwd, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
+  const run = { term, text: "", exited: null };
+  once(term, "exit").then(([code, signal]) => (run.exited = { code, signal }));
+  term.stdout.on("data", (d) => (run.text += d));
+  term.stderr.on("data", (d) => (run.text += d));
+  return run;
 }

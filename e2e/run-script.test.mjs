@@ -21,7 +21,7 @@ import { createInterface } from "node:readline";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { GATEWAY_BIN, freePort, spawnOwned } from "./gateway.mjs";
-import { killAllWith, processesWith, runMarker } from "./procs.mjs";
+import { killAllWith, processesWith, runMarker, terminalPipeline } from "./procs.mjs";
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const SCRIPT = join(ROOT, "scripts/run.sh");
@@ -169,13 +169,7 @@ for (const c of captured) {
     const dir = mkdtempSync(join(tmpdir(), "relay-run-e2e-"));
     const log = join(dir, "run.err");
     // script -q -f -e -c CMD /dev/null: CMD on a new pseudo-terminal, output flushed at once.
-    const shell = `trap : INT; ${c.cmd.replace("{{log}}", log)}; echo "pipeline done: make exited \${PIPESTATUS[0]}"; read -r _`;
-    const term = spawn("script", ["-qfec", shell, "/dev/null"], { cwd: ROOT, env, detached: true, stdio: ["pipe", "pipe", "pipe"] });
-    let exited = null;
-    once(term, "exit").then(([code, signal]) => (exited = { code, signal }));
-    let text = "";
-    term.stdout.on("data", (d) => (text += d));
-    term.stderr.on("data", (d) => (text += d));
+    const run = terminalPipeline(c.cmd.replace("{{log}}", log), { cwd: ROOT, env });
     const fileText = () => {
       try {
         return readFileSync(log, "utf8");
@@ -185,33 +179,33 @@ for (const c of captured) {
     };
     try {
       await until(async () => {
-        if (exited) throw new Error(`exited early ${JSON.stringify(exited)}:\n${text}\n${fileText()}`);
+        if (run.exited) throw new Error(`exited early ${JSON.stringify(run.exited)}:\n${run.text}\n${fileText()}`);
         // Its last start-up line written: an idle node writes nothing more before the Ctrl-C.
-        return (text + fileText()).includes('"msg":"ready"') && healthy(env.ADDR);
-      }, () => `node on ${env.ADDR} logs "ready" and answers /healthz:\n${text}\n${fileText()}`);
-      term.stdin.write("\x03"); // Ctrl-C typed into the terminal
-      const makeStatus = await until(() => text.match(/pipeline done: make exited (\d+)/)?.[1], () => `the pipeline ends after Ctrl-C:\n${text}`);
+        return (run.text + fileText()).includes('"msg":"ready"') && healthy(env.ADDR);
+      }, () => `node on ${env.ADDR} logs "ready" and answers /healthz:\n${run.text}\n${fileText()}`);
+      run.term.stdin.write("\x03"); // Ctrl-C typed into the terminal
+      const makeStatus = await until(() => run.text.match(/pipeline done: make exited (\d+)/)?.[1], () => `the pipeline ends after Ctrl-C:\n${run.text}`);
       // The node may outlive make (it drains in a session of its own): wait for it. The pty
       // and its shell are still there.
-      const self = String(term.pid);
+      const self = String(run.term.pid);
       const others = () => processesWith(marker).filter((l) => !/^\d+ (script|bash -c trap)/.test(l) && !l.startsWith(`${self} `));
-      await until(() => others().length === 0, () => `processes of the run still running:\n${others().join("\n")}\n${text}`);
-      term.stdin.write("\n");
-      await until(() => exited, () => `the pty's shell exits:\n${text}`);
+      await until(() => others().length === 0, () => `processes of the run still running:\n${others().join("\n")}\n${run.text}`);
+      run.term.stdin.write("\n");
+      await until(() => run.exited, () => `the pty's shell exits:\n${run.text}`);
       assert.deepEqual(processesWith(marker), [], "no process of the run left");
       assert.equal(await healthy(env.ADDR), false, `nothing answers on ${env.ADDR}`);
-      const drained = c.drainIn === "pty" ? text : c.drainIn === "log" ? fileText() : null;
+      const drained = c.drainIn === "pty" ? run.text : c.drainIn === "log" ? fileText() : null;
       if (drained !== null) {
         assert.ok(drained.includes('"msg":"shutting down: draining"'), `drain logged:\n${drained}`);
         assert.ok(drained.includes('"msg":"stopped"'), `stop logged:\n${drained}`);
       }
       if (c.exit0) {
-        assert.equal(makeStatus, "0", `make's exit status:\n${text}`);
-        assert.doesNotMatch(text, /make: \*\*\*/, "make reports no error");
+        assert.equal(makeStatus, "0", `make's exit status:\n${run.text}`);
+        assert.doesNotMatch(run.text, /make: \*\*\*/, "make reports no error");
       }
     } finally {
-      term.stdin.destroy();
-      killGroup(term.pid);
+      run.term.stdin.destroy();
+      killGroup(run.term.pid);
       killAllWith(marker);
       rmSync(dir, { recursive: true, force: true });
     }
